@@ -1,0 +1,14 @@
+"""Test isolation: runs and figures go to a temporary folder, notebooks use the smoke profile.
+
+Set before any test imports the package, and inherited by the notebook kernels that
+nbmake starts, so ``make test`` never touches cached runs or committed figures.
+"""
+
+import os
+import tempfile
+
+_scratch = tempfile.mkdtemp(prefix="structattn-test-")
+os.environ.setdefault("STRUCTATTN_PROFILE", "smoke")
+os.environ.setdefault("STRUCTATTN_RUNS", os.path.join(_scratch, "runs"))
+os.environ.setdefault("STRUCTATTN_FIGURES", os.path.join(_scratch, "figures"))
+os.environ.setdefault("MPLBACKEND", "Agg")

@@ -1,0 +1,3 @@
+from structattn_lite.cli import main
+
+raise SystemExit(main())
