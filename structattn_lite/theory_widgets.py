@@ -1,0 +1,175 @@
+"""Figures and the interactive explorer for the theory notebook (01_theory).
+
+Every plot builds a ``matplotlib.figure.Figure`` directly (not via pyplot), so nothing
+leaks into global state, a notebook cell can end with ``fig`` to show it, and
+``structattn_lite.plots.save_figure`` writes it.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+
+import networkx as nx
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from structattn_lite.theory import (
+    SUPPORT_RULES,
+    TUCertificate,
+    condition_number,
+    folded_logits,
+    max_support_edges,
+    metric_matrix,
+    metric_spectrum,
+    pairwise_logits_reference,
+    random_weights,
+    rank_one_terms,
+    support_edges,
+    support_matrix,
+    tu_certificate,
+)
+
+
+def _heatmap(ax: Axes, X: np.ndarray, title: str, xlabel: str = "", ylabel: str = "") -> None:
+    vmax = float(np.abs(X).max()) or 1.0  # symmetric scale: the sign is the point
+    im = ax.imshow(X, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+
+
+def plot_rank_one(A: np.ndarray, weights: np.ndarray, eps: float, n_terms: int = 3) -> Figure:
+    """A, its first rank-one terms w_e a_e a_e^T, and their sum M = ... + eps I."""
+    terms = rank_one_terms(A, weights)[:n_terms]
+    fig = Figure(figsize=(3.0 * (n_terms + 2), 3.0), layout="constrained")
+    axes = fig.subplots(1, n_terms + 2)
+    _heatmap(axes[0], A, f"A ({A.shape[0]} x {A.shape[1]})", "edge e", "node")
+    for ax, (e, (w_e, P)) in zip(axes[1:], enumerate(terms), strict=False):
+        _heatmap(ax, w_e * P, f"term {e}: w={w_e:.2f}")
+    _heatmap(axes[-1], metric_matrix(A, weights, eps), f"M = sum of {A.shape[1]} terms + eps I")
+    return fig
+
+
+def plot_spectra(supports: Mapping[str, np.ndarray], eps: float, seed: int = 0) -> Figure:
+    """Eigenvalues of M for several supports (log scale: the eps floor is visible)."""
+    fig = Figure(figsize=(6.0, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for name, A in supports.items():
+        lam = metric_spectrum(A, random_weights(A.shape[1], seed), eps)
+        ax.plot(np.arange(len(lam)), lam, "o-", ms=4, label=f"{name} (m={A.shape[1]})")
+    ax.axhline(eps, color="k", ls="--", lw=1, label=f"eps = {eps:g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("eigenvalue index (ascending)")
+    ax.set_ylabel("eigenvalue of M")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_condition_vs_eps(
+    supports: Mapping[str, np.ndarray], eps_grid: np.ndarray, seed: int = 0
+) -> Figure:
+    """cond(M) against eps: the all-ones direction pins lambda_min to eps."""
+    fig = Figure(figsize=(6.0, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for name, A in supports.items():
+        w = random_weights(A.shape[1], seed)
+        ax.loglog(eps_grid, [condition_number(A, w, e) for e in eps_grid], "o-", ms=3, label=name)
+    ax.set_xlabel("eps")
+    ax.set_ylabel("condition number of M")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_logits(z_q, z_k, A, w, eps: float, tau: float) -> Figure:
+    """Reference and folded logits of the first sequence, and their difference."""
+    ref = pairwise_logits_reference(z_q, z_k, A, w, eps, tau)[0]
+    fold = folded_logits(z_q, z_k, A, w, eps, tau)[0]
+    fig = Figure(figsize=(11.0, 3.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for ax, X, title in zip(
+        axes,
+        (ref, fold, fold - ref),
+        ("reference -dist/(2 tau)", "folded q~.k~/tau", "folded - reference"),
+        strict=True,
+    ):
+        im = ax.imshow(X.detach().cpu().numpy(), cmap="viridis")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("key j")
+        ax.set_ylabel("query i")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return fig
+
+
+def explore_support(
+    rule: str, n_nodes: int, m: int, seed: int = 0, eps: float = 1e-2
+) -> tuple[Figure, TUCertificate]:
+    """The graph, A, M and the spectrum of one support, with its TU certificate."""
+    edges = support_edges(rule, n_nodes, m, seed)
+    A = support_matrix(rule, n_nodes, m, seed)
+    w = random_weights(m, seed)
+    fig = Figure(figsize=(13.0, 3.2), layout="constrained")
+    axes = fig.subplots(1, 4)
+    G = nx.Graph()
+    G.add_nodes_from(range(n_nodes))
+    G.add_edges_from(edges)
+    pos = nx.circular_layout(G)  # numpy only; rings and paths read naturally
+    nx.draw_networkx(G, pos, ax=axes[0], node_size=220, font_size=8, width=1 + w / w.max())
+    axes[0].set_title(f"{rule}: n={n_nodes}, m={m}, seed={seed}", fontsize=10)
+    axes[0].set_axis_off()
+    _heatmap(axes[1], A, "A (incidence)", "edge e", "node")
+    _heatmap(axes[2], metric_matrix(A, w, eps), "M = A diag(w) A^T + eps I")
+    lam = metric_spectrum(A, w, eps)
+    axes[3].semilogy(lam, "o-", ms=4)
+    axes[3].axhline(eps, color="k", ls="--", lw=1)
+    axes[3].set_xlabel("eigenvalue index", fontsize=9)
+    axes[3].set_title(f"spectrum, cond = {lam[-1] / lam[0]:.3g}", fontsize=10)
+    return fig, tu_certificate(A)
+
+
+def support_explorer(n_max: int = 16):
+    """An ipywidgets explorer: graph family, size, m, seed, eps -> A, M, spectrum, TU."""
+    import ipywidgets as W
+    from IPython.display import display
+
+    rule = W.Dropdown(options=SUPPORT_RULES, value="ring", description="rule")
+    n = W.IntSlider(value=8, min=3, max=n_max, description="n_nodes")
+    m = W.IntSlider(value=8, min=1, max=8, description="m")
+    seed = W.BoundedIntText(value=0, min=0, max=2**31 - 1, description="seed")
+    eps = W.FloatLogSlider(value=1e-2, base=10, min=-4, max=0, description="eps")
+    verdict, out = W.HTML(), W.Output()
+    busy = [False]  # adjusting m's range fires its observer; draw once per change
+
+    def refresh(_=None) -> None:
+        if busy[0]:
+            return
+        busy[0] = True
+        try:
+            hi = max_support_edges(rule.value, n.value)
+            lo = n.value - 1 if rule.value == "random" else 1
+            m.max = max(hi, m.min)  # order matters: min may never exceed max
+            m.min, m.max = lo, hi
+            fig, cert = explore_support(rule.value, n.value, m.value, seed.value, eps.value)
+        finally:
+            busy[0] = False
+        colour = "green" if cert.is_tu else "crimson"
+        verdict.value = f"<pre style='color:{colour}'>{html.escape(str(cert))}</pre>"
+        with out:
+            out.clear_output(wait=True)
+            display(fig)
+
+    for widget in (rule, n, m, seed, eps):
+        widget.observe(refresh, names="value")
+    refresh()
+    return W.VBox([W.HBox([rule, n, m]), W.HBox([seed, eps]), verdict, out])
+
+
+def demo_tokens(n_tokens: int = 6, d: int = 8, batch: int = 2, seed: int = 0):
+    """float64 query/key/value tokens for the fast-form check."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(batch, n_tokens, d, generator=g, dtype=torch.float64) for _ in "qkv")
