@@ -12,3 +12,6 @@ os.environ.setdefault("STRUCTATTN_PROFILE", "smoke")
 os.environ.setdefault("STRUCTATTN_RUNS", os.path.join(_scratch, "runs"))
 os.environ.setdefault("STRUCTATTN_FIGURES", os.path.join(_scratch, "figures"))
 os.environ.setdefault("MPLBACKEND", "Agg")
+# pytest -n 2 runs two workers (and their notebook kernels) on two cores: one thread each,
+# or OpenMP threads spin against each other and small models run ten times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")

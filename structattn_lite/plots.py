@@ -57,11 +57,13 @@ def grokking_figure(records, task: str, title: str | None = None):
                 continue
             acc_ax.plot(h["epoch"], h["test_acc"], color=color, label=f"seed {r.seed}")
             acc_ax.plot(h["epoch"], h["train_acc"], color=color, alpha=0.35, lw=1)
-            norms = r.extra["step_grad_norms"]
-            steps_per_epoch = max(len(norms) // len(h), 1)
-            norm_ax.plot(
-                [(k + 1) / steps_per_epoch for k in range(len(norms))], norms, color=color, lw=0.6
-            )
+            norms = r.extra.get("step_grad_norms")
+            if norms:  # per step; shipped records keep only the per-epoch max
+                steps_per_epoch = max(len(norms) // len(h), 1)
+                steps = [(k + 1) / steps_per_epoch for k in range(len(norms))]
+                norm_ax.plot(steps, norms, color=color, lw=0.6)
+            else:
+                norm_ax.plot(h["epoch"], h["grad_norm_max"], color=color, lw=1)
             jump = jump_epoch(h)
             if jump is not None:
                 for ax in (acc_ax, norm_ax):
@@ -72,7 +74,7 @@ def grokking_figure(records, task: str, title: str | None = None):
             ylim=(0, 1.02),
         )
         acc_ax.legend(fontsize=8, loc="lower right")
-        norm_ax.set(xlabel="epoch", ylabel="grad norm (per step, before clip)", yscale="log")
+        norm_ax.set(xlabel="epoch", ylabel="grad norm before clipping", yscale="log")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -149,3 +149,45 @@ class RunStore:
                     f"skipping corrupt run record {path}", CorruptRecordWarning, stacklevel=2
                 )
         return out
+
+
+def export_histories(records: list[RunRecord], path: str | os.PathLike) -> Path:
+    """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
+
+    Per-step gradient norms are left out (the per-epoch mean and max stay).
+    """
+    frames = []
+    for r in records:
+        frame = r.history.copy()
+        frame.insert(0, "config", json.dumps(r.config, sort_keys=True))
+        frame.insert(0, "reason", r.reason)
+        frame.insert(0, "status", r.status)
+        frame.insert(0, "version", r.version)
+        frame.insert(0, "key", r.key)
+        frame.insert(0, "experiment", r.experiment)
+        frames.append(frame)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.concat(frames, ignore_index=True).to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
+def load_histories(path: str | os.PathLike) -> list[RunRecord]:
+    """The records written by :func:`export_histories`, in their original order."""
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    meta = ["experiment", "key", "version", "status", "reason", "config"]
+    out = []
+    for key, frame in table.groupby("key", sort=False):
+        first = frame.iloc[0]
+        out.append(
+            RunRecord(
+                experiment=first["experiment"],
+                key=key,
+                config=json.loads(first["config"]),
+                history=frame.drop(columns=meta).reset_index(drop=True),
+                status=first["status"],
+                reason=None if pd.isna(first["reason"]) else first["reason"],
+                version=first["version"],
+            )
+        )
+    return out
