@@ -21,13 +21,10 @@ from structattn_lite.metrics import grokking_gap, predict, scores
 from structattn_lite.models import CSP_PRESETS, build_model, count_parameters
 from structattn_lite.paths import results_dir
 from structattn_lite.results import RunRecord, RunStore, config_dict, config_hash, load_histories
-from structattn_lite.tasks import StateTrackingData, make_dataset, make_task
+from structattn_lite.tasks import PAPER_N, StateTrackingData, make_dataset, make_task
 from structattn_lite.training import OptimConfig, Trainer
 
 EXPERIMENT = "csp"
-
-# The paper's data sizes (section 3): parity and mod-3 5,000 strings, parentheses 10,000.
-PAPER_N = {"parity": 5000, "mod3": 5000, "dyck1": 10000}
 
 
 @dataclass(frozen=True)

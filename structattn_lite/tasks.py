@@ -18,6 +18,11 @@ from structattn_lite.validation import check_choice, check_int, check_number
 TASKS = ("parity", "mod3", "modk", "dyck1")
 LABELS = ("sequence", "prefix")
 
+# The paper's data (section 3): length 16; 5,000 strings for parity and mod-3, 10,000
+# parentheses strings balanced 50/50; i.i.d. samples split 80/20 at random.
+PAPER_LENGTH = 16
+PAPER_N = {"parity": 5000, "mod3": 5000, "dyck1": 10000}
+
 
 def random_bits(n: int, length: int, generator: torch.Generator) -> torch.Tensor:
     return torch.randint(0, 2, (n, length), generator=generator)
@@ -331,3 +336,9 @@ def make_dataset(
         n_possible=spec.population(length),
         stats=overlap_stats(x_train, x_test),
     )
+
+
+def paper_dataset(task: str, seed: int = 0, **options) -> StateTrackingData:
+    """The paper's preset: its length, sample size and i.i.d. random split (leaky)."""
+    check_choice("task", task, tuple(PAPER_N))
+    return make_dataset(task, PAPER_N[task], PAPER_LENGTH, seed, leaky=True, **options)

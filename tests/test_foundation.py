@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -137,3 +138,15 @@ def test_exported_histories_round_trip(tmp_path):
     for a, b in zip(loaded, records, strict=True):
         assert (a.config, a.status, a.reason, a.seed) == (b.config, b.status, b.reason, b.seed)
         pd.testing.assert_frame_equal(a.history, b.history, check_dtype=False)
+
+
+def test_length_scores_split_seen_and_unseen_positions():
+    import torch
+
+    from structattn_lite.metrics import length_scores
+
+    target = torch.tensor([[0, 1, 1, 0], [1, 1, 0, 0]])
+    pred = torch.tensor([[0, 1, 0, 0], [1, 1, 0, 1]])  # right on positions < 2, half right after
+    got = length_scores(pred, target, train_length=2)
+    assert got == {"seq_acc": 0.5, "unseen_acc": 0.5}
+    assert math.isnan(length_scores(pred, target, train_length=4)["unseen_acc"])

@@ -116,3 +116,15 @@ def test_bad_input_names_parameter_and_allowed_values(call, match):
 
 def test_population_of_equal_count_negatives():
     assert Dyck1().n_negative(16) == math.comb(16, 8) - 1430
+
+
+def test_paper_preset_matches_the_paper():
+    from structattn_lite.tasks import paper_dataset
+
+    for task, n in [("parity", 5000), ("mod3", 5000), ("dyck1", 10000)]:
+        data = paper_dataset(task, seed=0)
+        assert (len(data.x_train) + len(data.x_test), data.length, data.leaky) == (n, 16, True)
+    dyck = paper_dataset("dyck1")
+    assert torch.cat([dyck.y_train, dyck.y_test])[:, -1].float().mean().item() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match=r"task='modk'.*'parity', 'mod3', 'dyck1'"):
+        paper_dataset("modk")
