@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -20,7 +21,14 @@ from structattn_lite.losses import get_loss
 from structattn_lite.metrics import grokking_gap, predict, scores
 from structattn_lite.models import CSP_PRESETS, build_model, count_parameters
 from structattn_lite.paths import results_dir
-from structattn_lite.results import RunRecord, RunStore, config_dict, config_hash, load_histories
+from structattn_lite.results import (
+    RunRecord,
+    RunStore,
+    config_dict,
+    config_hash,
+    export_histories,
+    load_histories,
+)
 from structattn_lite.tasks import PAPER_N, StateTrackingData, make_dataset, make_task
 from structattn_lite.training import OptimConfig, Trainer
 
@@ -221,7 +229,7 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
                 "final_test_f1": h["test_f1"].iloc[-1] if len(h) else float("nan"),
                 "grokking_gap": grokking_gap(acc),
                 "spike_epoch": int(h.loc[h["grad_norm_max"].idxmax(), "epoch"]) if len(h) else None,
-                "seconds_per_epoch": r.extra["seconds"] / max(len(h), 1),
+                "seconds_per_epoch": r.extra.get("seconds", float("nan")) / max(len(h), 1),
             }
         )
     return pd.DataFrame(rows)
@@ -231,13 +239,20 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
 PAPER_GROKKING_GAP = {"parity": (3.2, 1.2), "mod3": (8.4, 2.1), "dyck1": (12.7, 3.4)}
 
 
-SHIPPED_GROKKING_CSV = "csp_grokking_histories.csv"
+SHIPPED_GROKKING_CSV = "csp_grokking_histories.csv.gz"
 
 
 def shipped_grokking_records() -> list[RunRecord]:
     """The shipped grid's records (data/results), or [] when they are not there."""
     path = results_dir() / SHIPPED_GROKKING_CSV
     return load_histories(path) if path.exists() else []
+
+
+def export_shipped_grokking(store: RunStore | None = None) -> Path:
+    """Write the finished runs of the shipped grid to data/results (to commit them)."""
+    store = store or RunStore()
+    done = [r for r in (store.load(EXPERIMENT, c) for c in grokking_grid("shipped")) if r]
+    return export_histories(done, results_dir() / SHIPPED_GROKKING_CSV)
 
 
 def grokking_table(records: list[RunRecord]) -> pd.DataFrame:

@@ -154,11 +154,14 @@ class RunStore:
 def export_histories(records: list[RunRecord], path: str | os.PathLike) -> Path:
     """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
 
-    Per-step gradient norms are left out (the per-epoch mean and max stay).
+    Per-step gradient norms and other non-scalar extras are left out (the per-epoch
+    mean and max norms stay). A ``.gz`` suffix compresses the repeated config column.
     """
     frames = []
     for r in records:
         frame = r.history.copy()
+        scalars = {k: v for k, v in r.extra.items() if isinstance(v, (int, float, str))}
+        frame.insert(0, "extra", json.dumps(scalars, sort_keys=True))
         frame.insert(0, "config", json.dumps(r.config, sort_keys=True))
         frame.insert(0, "reason", r.reason)
         frame.insert(0, "status", r.status)
@@ -175,7 +178,7 @@ def export_histories(records: list[RunRecord], path: str | os.PathLike) -> Path:
 def load_histories(path: str | os.PathLike) -> list[RunRecord]:
     """The records written by :func:`export_histories`, in their original order."""
     table = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    meta = ["experiment", "key", "version", "status", "reason", "config"]
+    meta = ["experiment", "key", "version", "status", "reason", "config", "extra"]
     out = []
     for key, frame in table.groupby("key", sort=False):
         first = frame.iloc[0]
@@ -188,6 +191,7 @@ def load_histories(path: str | os.PathLike) -> list[RunRecord]:
                 status=first["status"],
                 reason=None if pd.isna(first["reason"]) else first["reason"],
                 version=first["version"],
+                extra=json.loads(first["extra"]),
             )
         )
     return out
