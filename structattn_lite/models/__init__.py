@@ -8,16 +8,29 @@ from __future__ import annotations
 
 from torch import nn
 
+from structattn_lite.models.baselines import BASELINES, DEFAULTS, build_baseline
 from structattn_lite.models.csp import CSP, CSP_PRESETS, CSPConfig, csp_config
 from structattn_lite.validation import check_choice
 
-MODELS = ("csp",)
+MODELS = ("csp", *BASELINES)
 
 
 def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
-    """``build_model("csp", preset="paper" | "upstream", **overrides)``."""
+    """``build_model("csp", preset="paper" | "upstream", **overrides)``, or a baseline.
+
+    Baselines (``lstm``, ``gru``, ``transformer``, ``diag_rnn``, ``diag_rnn_neg``,
+    ``complex_rnn``) take ``vocab_size``, ``n_classes``, ``d_model``, ``n_layers`` (and
+    ``n_heads``, ``scan``) and have no presets.
+    """
     check_choice("model", name, MODELS)
-    return CSP(csp_config(preset or "paper", **options))
+    if name == "csp":
+        return CSP(csp_config(preset or "paper", **options))
+    if preset is not None:
+        raise ValueError(
+            f"preset={preset!r} only applies to model 'csp'; baseline {name!r} takes "
+            "options such as d_model and n_layers instead (pass preset=None)"
+        )
+    return build_baseline(name, **options)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -25,9 +38,11 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
+    "BASELINES",
     "CSP",
     "CSPConfig",
     "CSP_PRESETS",
+    "DEFAULTS",
     "MODELS",
     "build_model",
     "count_parameters",

@@ -1,0 +1,91 @@
+"""Length evaluation, the two training protocols, leakage, and the length tables."""
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from structattn_lite import length_study as ls
+from structattn_lite import length_tables as lt
+from structattn_lite.tasks import make_task
+
+
+class Oracle(nn.Module):
+    """Perfect per-prefix parity logits, or a constant class when ``constant``."""
+
+    def __init__(self, constant=False):
+        super().__init__()
+        self.constant = constant
+
+    def forward(self, x):
+        label = torch.zeros_like(x) if self.constant else x.cumsum(1) % 2
+        return nn.functional.one_hot(label, 2).float()
+
+
+def test_length_curve_scores_every_length():
+    cfg = ls.LengthRun(task="parity", train_length=16, max_eval_length=64, n_eval=50)
+    task = make_task("parity")
+    perfect = ls.length_curve(Oracle(), task, cfg)
+    assert perfect["length"].tolist() == list(range(1, 65))
+    assert (perfect[["seq_acc", "all_acc"]] == 1).all().all()
+    assert (
+        perfect["unseen_acc"].iloc[:16].isna().all()
+        and (perfect["unseen_acc"].iloc[16:] == 1).all()
+    )
+    const = ls.length_curve(Oracle(constant=True), task, cfg)
+    assert 0.3 < const["all_acc"].iloc[-1] < 0.7
+
+
+def test_dyck_is_scored_on_balanced_strings_of_even_lengths():
+    lengths = ls.eval_lengths("dyck1", 256)
+    assert (
+        all(n % 2 == 0 for n in lengths) and lengths[-1] == 256 and 16 in lengths and 128 in lengths
+    )
+    cfg = ls.LengthRun(task="dyck1", protocol="variable", train_length=40)
+    assert ls.train_lengths(cfg) == list(range(2, 41, 2))
+
+
+def test_variable_protocol_runs_and_records_a_curve(tmp_path):
+    cfg = ls.LengthRun(task="mod3", model="gru", protocol="variable", train_length=10, epochs=2,
+                       steps_per_epoch=3, max_eval_length=32, n_eval=16)  # fmt: skip
+    record = ls.run_length(cfg)
+    curve = pd.DataFrame(record.extra["curve"])
+    assert len(curve) == 32 and record.history["test_acc"].between(0, 1).all()
+    frame = ls.curves_frame([record])
+    assert {"task", "model", "protocol", "seed", "n_parameters"} <= set(frame.columns)
+    with pytest.raises(ValueError, match="protocol='random' is not allowed"):
+        ls.LengthRun(protocol="random")
+
+
+def test_random_split_leaks_and_disjoint_does_not():
+    sizes = {"small": {"parity": 3000, "dyck1": 2000}}
+    table = lt.leakage_table(tasks=("parity", "dyck1"), sizes=sizes, length=16, seeds=(0,))
+    random = table.xs("random (paper)", level="split")["test strings in train"]
+    disjoint = table.xs("disjoint (ours)", level="split")
+    assert (disjoint["test strings in train"] == 0).all()
+    assert random.xs("dyck1", level="task").iloc[0] > 0.2  # only 1,430 balanced strings exist
+    assert random.xs("parity", level="task").iloc[0] > 0
+    prefixes = table.xs("random (paper)", level="split")["test prefixes in train"]
+    assert (prefixes > random).all()
+
+
+def test_length_table_sits_beside_the_authors_numbers():
+    rows = []
+    for model in ("lstm", "diag_rnn"):
+        for seed in (0, 1):
+            for length in ls.TABLE_LENGTHS:
+                rows.append({"task": "parity", "protocol": "fixed", "model": model, "seed": seed,
+                             "length": length, "all_acc": 1.0 - seed * 0.1, "n_parameters": 100})  # fmt: skip
+    table = lt.length_table(pd.DataFrame(rows))
+    assert table.loc[("parity", "fixed", "lstm"), "L=64"] == "0.950 ± 0.071"
+    assert table.loc[("parity", "fixed", "lstm"), "authors L=64"] == "1.000"
+    assert table.loc[("parity", "fixed", "diag_rnn"), "authors L=64"] == "-"
+
+
+def test_committed_length_results_cover_the_grid():
+    curves = pd.read_csv(lt.results_path())
+    assert set(curves["task"]) == {"parity", "mod3", "dyck1"}
+    assert set(curves["protocol"]) == {"fixed", "variable"} and set(curves["model"]) == set(
+        ls.LENGTH_MODELS
+    )
+    assert curves["length"].max() == 256 and "grid '" in lt.length_caption(curves)
