@@ -30,7 +30,7 @@ from structattn_lite.results import (
     load_histories,
 )
 from structattn_lite.tasks import PAPER_N, StateTrackingData, make_dataset, make_task
-from structattn_lite.training import OptimConfig, Trainer
+from structattn_lite.training import OptimConfig, Trainer, few_threads
 
 EXPERIMENT = "csp"
 
@@ -142,9 +142,10 @@ def sweep(
 
     store = store or RunStore()
     out = []
-    for cfg in tqdm(configs, desc="runs", disable=not progress):
-        train = lambda c: run_csp(c, callbacks=callbacks, progress=progress)  # noqa: E731
-        out.append(store.get_or_run(EXPERIMENT, cfg, train))
+    with few_threads():
+        for cfg in tqdm(configs, desc="runs", disable=not progress):
+            train = lambda c: run_csp(c, callbacks=callbacks, progress=progress)  # noqa: E731
+            out.append(store.get_or_run(EXPERIMENT, cfg, train))
     return out
 
 
