@@ -13,7 +13,6 @@ import dataclasses
 import math
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +29,9 @@ from structattn_lite.attention_checks import (
 )
 from structattn_lite.data import FALLBACK_LABEL, cifar10_available, load_corpus, ptb_available
 from structattn_lite.lm import CharLM, LMConfig, parameter_report
-from structattn_lite.results import RunRecord, RunStore, config_dict, config_hash
+from structattn_lite.results import RunRecord, RunStore, config_dict
 from structattn_lite.theory import SUPPORT_RULES
-from structattn_lite.training import Callback, OptimConfig, Trainer
+from structattn_lite.training import Callback, OptimConfig, Trainer, few_threads
 from structattn_lite.validation import check_choice, check_int, check_number
 
 EXPERIMENT = "attention"
@@ -251,26 +250,7 @@ def run_attention(cfg: AttentionRun, callbacks=(), progress: bool = True) -> Run
         extra["maps"] = attention_maps(model, check_x[:, :48])
         extra["weights"] = learned_weights(model)
         extra["pruning"] = _pruning(model, metric, cfg)
-    return RunRecord(
-        experiment=EXPERIMENT,
-        key=config_hash(EXPERIMENT, cfg),
-        config=config_dict(cfg),
-        history=history,
-        status=result.status,
-        reason=result.reason,
-        extra=extra,
-    )
-
-
-@contextmanager
-def _threads(n: int | None):
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+    return RunRecord.from_training(EXPERIMENT, cfg, result, history=history, **extra)
 
 
 def sweep(
@@ -286,7 +266,7 @@ def sweep(
     from tqdm.auto import tqdm
 
     store = store or RunStore()
-    with _threads(threads):
+    with few_threads(threads):
         return [
             store.get_or_run(EXPERIMENT, c, lambda c: run_attention(c, progress=False))
             for c in tqdm(configs, desc="runs", disable=not progress)

@@ -24,8 +24,6 @@ from structattn_lite.paths import results_dir
 from structattn_lite.results import (
     RunRecord,
     RunStore,
-    config_dict,
-    config_hash,
     export_histories,
     load_histories,
 )
@@ -118,19 +116,14 @@ def run_csp(cfg: CSPRun, callbacks=(), progress: bool = True) -> RunRecord:
         desc=f"{cfg.task}/{cfg.preset or cfg.model}/s{cfg.seed}",
     )
     seconds = time.perf_counter() - start
-    return RunRecord(
-        experiment=EXPERIMENT,
-        key=config_hash(EXPERIMENT, cfg),
-        config=config_dict(cfg),
-        history=result.history,
-        status=result.status,
-        reason=result.reason,
-        extra={
-            "step_grad_norms": result.step_grad_norms,
-            "n_parameters": count_parameters(model),
-            "seconds": seconds,
-            "data": data.summary(),
-        },
+    return RunRecord.from_training(
+        EXPERIMENT,
+        cfg,
+        result,
+        step_grad_norms=result.step_grad_norms,
+        n_parameters=count_parameters(model),
+        seconds=seconds,
+        data=data.summary(),
     )
 
 

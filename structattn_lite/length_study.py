@@ -29,7 +29,7 @@ import torch
 from structattn_lite.losses import get_loss
 from structattn_lite.metrics import accuracy, predict
 from structattn_lite.models import build_model, count_parameters
-from structattn_lite.results import RunRecord, RunStore, config_dict, config_hash
+from structattn_lite.results import RunRecord, RunStore
 from structattn_lite.tasks import make_dataset, make_task
 from structattn_lite.training import OptimConfig, Trainer
 from structattn_lite.validation import check_choice
@@ -172,19 +172,14 @@ def run_length(cfg: LengthRun, progress: bool = False) -> RunRecord:
     result = trainer.fit(cfg.epochs, batches, evaluate, torch.Generator().manual_seed(cfg.seed))
     seconds = time.perf_counter() - start
     curve = length_curve(model, task, cfg)
-    return RunRecord(
-        experiment=EXPERIMENT,
-        key=config_hash(EXPERIMENT, cfg),
-        config=config_dict(cfg),
-        history=result.history,
-        status=result.status,
-        reason=result.reason,
-        extra={
-            "n_parameters": count_parameters(model),
-            "seconds": seconds,
-            "eval_seconds": time.perf_counter() - start - seconds,
-            "curve": curve.round(5).to_dict(orient="list"),
-        },
+    return RunRecord.from_training(
+        EXPERIMENT,
+        cfg,
+        result,
+        n_parameters=count_parameters(model),
+        seconds=seconds,
+        eval_seconds=time.perf_counter() - start - seconds,
+        curve=curve.round(5).to_dict(orient="list"),
     )
 
 

@@ -67,6 +67,21 @@ class RunRecord:
         }
 
     @classmethod
+    def from_training(
+        cls, experiment: str, config: Any, result: Any, history: pd.DataFrame | None = None, **extra
+    ) -> RunRecord:
+        """The record of a finished ``Trainer.fit`` (a ``TrainResult``) for ``config``."""
+        return cls(
+            experiment=experiment,
+            key=config_hash(experiment, config),
+            config=config_dict(config),
+            history=result.history if history is None else history,
+            status=result.status,
+            reason=result.reason,
+            extra=extra,
+        )
+
+    @classmethod
     def from_json(cls, blob: dict[str, Any]) -> RunRecord:
         return cls(
             experiment=blob["experiment"],

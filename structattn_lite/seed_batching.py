@@ -202,7 +202,7 @@ def run_csp_batched(configs: Sequence, progress: bool = False) -> list:
     from structattn_lite.losses import get_loss
     from structattn_lite.metrics import scores
     from structattn_lite.models import count_parameters
-    from structattn_lite.results import RunRecord, config_dict, config_hash
+    from structattn_lite.results import RunRecord
 
     if len({_without_seed(c) for c in configs}) != 1:
         raise ValueError("run_csp_batched needs configs that differ only in their seed")
@@ -259,20 +259,15 @@ def run_csp_batched(configs: Sequence, progress: bool = False) -> list:
     results = batch.fit(cfg0.epochs, batches, loss_fn, evaluate, stop_when=held_perfect)
     seconds = (time.perf_counter() - start) / len(configs)
     return [
-        RunRecord(
-            experiment=EXPERIMENT,
-            key=config_hash(EXPERIMENT, c),
-            config=config_dict(c),
-            history=r.history,
-            status=r.status,
-            reason=r.reason,
-            extra={
-                "step_grad_norms": r.step_grad_norms,
-                "n_parameters": count_parameters(models[0]),
-                "seconds": seconds,
-                "seed_batched": len(configs),
-                "data": d.summary(),
-            },
+        RunRecord.from_training(
+            EXPERIMENT,
+            c,
+            r,
+            step_grad_norms=r.step_grad_norms,
+            n_parameters=count_parameters(models[0]),
+            seconds=seconds,
+            seed_batched=len(configs),
+            data=d.summary(),
         )
         for c, r, d in zip(configs, results, data, strict=True)
     ]
