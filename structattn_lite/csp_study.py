@@ -27,7 +27,7 @@ from structattn_lite.results import (
     export_histories,
     load_histories,
 )
-from structattn_lite.tasks import PAPER_N, StateTrackingData, make_dataset, make_task
+from structattn_lite.tasks import PAPER_N, StateTrackingData, make_dataset
 from structattn_lite.training import OptimConfig, Trainer, few_threads
 
 EXPERIMENT = "csp"
@@ -286,33 +286,3 @@ def preset_table() -> pd.DataFrame:
     table = pd.DataFrame({name: dataclasses.asdict(cfg) for name, cfg in CSP_PRESETS.items()})
     table["differs"] = table["paper"] != table["upstream"]
     return table
-
-
-def leakage_table(
-    tasks=("parity", "mod3", "dyck1"), length: int = 16, seed: int = 0
-) -> pd.DataFrame:
-    """Share of test strings (and prefixes) already in training: paper's split vs disjoint.
-
-    Uses the paper's sample sizes; a disjoint dyck1 split holds at most the 1,430
-    balanced strings of length 16, so its n is capped there.
-    """
-    rows = []
-    for task in tasks:
-        for leaky in (True, False):
-            n = PAPER_N[task]
-            if task == "dyck1" and not leaky:
-                n = 2 * make_task("dyck1").n_balanced(length)
-            data = make_dataset(task, n, length, seed, leaky=leaky)
-            rows.append(data.summary())
-    return pd.DataFrame(rows)[
-        [
-            "task",
-            "split",
-            "n_train",
-            "n_test",
-            "n_possible",
-            "n_distinct",
-            "test_in_train",
-            "test_prefixes_in_train",
-        ]
-    ]

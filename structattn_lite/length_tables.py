@@ -144,7 +144,7 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
 
 def leakage_table(tasks=("parity", "mod3", "dyck1"), sizes=None, length: int = 16, seeds=(0, 1, 2)):
     """Share of test strings (and prefixes) also in training: random split vs disjoint."""
-    from structattn_lite.csp_study import PAPER_N
+    from structattn_lite.tasks import PAPER_N
 
     sizes = sizes or {
         "paper sizes": PAPER_N,
