@@ -21,7 +21,7 @@ import time
 import pandas as pd
 import torch
 
-from structattn_lite.attention import build_attention
+from structattn_lite.models.attention import build_attention
 
 D_MODEL, HEADS = 128, 8
 D_HEAD = D_MODEL // HEADS

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from structattn_lite.csp_study import CSPRun, run_csp
-from structattn_lite.seed_batching import run_csp_batched
+from structattn_lite.training.seed_batching import run_csp_batched
+from structattn_lite.training.state_tracking import CSPRun, run_csp
 
 
 def configs(k, d_model, n_layers, epochs, scan):

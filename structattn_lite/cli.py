@@ -12,11 +12,12 @@ import argparse
 import sys
 
 from structattn_lite import __version__
-from structattn_lite.profiles import PROFILES
+from structattn_lite.config import PROFILES
 
 
 def _run_csp(args) -> int:
-    from structattn_lite.csp_study import grokking_grid, summarize, sweep
+    from structattn_lite.studies.grokking.experiment import grokking_grid, sweep
+    from structattn_lite.studies.grokking.report import summarize
 
     runs = [r for r in grokking_grid(args.profile) if args.task in (None, r.task)]
     runs = [r for r in runs if args.preset in (None, r.preset)]
@@ -26,7 +27,7 @@ def _run_csp(args) -> int:
 
 
 def _run_attention(args) -> int:
-    from structattn_lite.attention_study import run_profile
+    from structattn_lite.studies.attention.experiment import run_profile
 
     print(run_profile(args.profile).to_string(index=False))
     return 0
@@ -40,7 +41,7 @@ def _fetch(args) -> int:
 
 
 def _study(args) -> int:
-    from structattn_lite.study import run_notebooks
+    from structattn_lite.notebook_runner import run_notebooks
 
     run_notebooks(args.profile, only=args.only)
     return 0

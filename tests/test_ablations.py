@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
-from structattn_lite import ablations as ab
-from structattn_lite import csp_tables as ct
-from structattn_lite.csp_study import CSPRun, build_csp_model, run_csp
-from structattn_lite.results import RunStore
-from structattn_lite.seed_batching import run_csp_batched, supports_vmap, sweep_batched
-from structattn_lite.training import OptimConfig
+from structattn_lite.runs import RunStore
+from structattn_lite.studies.ablations import experiment as ab
+from structattn_lite.studies.ablations import report as ct
+from structattn_lite.training.seed_batching import run_csp_batched, supports_vmap, sweep_batched
+from structattn_lite.training.state_tracking import CSPRun, build_csp_model, run_csp
+from structattn_lite.training.trainer import OptimConfig
 
 
 def test_verdict_logic():
@@ -119,9 +119,9 @@ def test_seed_batched_training_equals_per_seed_training():
 
 
 def test_stacked_adam_keeps_one_learning_rate_per_seed():
-    from structattn_lite.losses import focal_loss
     from structattn_lite.models import build_model
-    from structattn_lite.seed_batching import SeedBatch
+    from structattn_lite.training.losses import focal_loss
+    from structattn_lite.training.seed_batching import SeedBatch
 
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)

@@ -7,10 +7,14 @@ import pytest
 import torch
 
 from structattn_lite import theory as th
-from structattn_lite.attention import build_attention
-from structattn_lite.attention_checks import logit_failures
-from structattn_lite.flops import analytic_attention_flops, attention_flops, measure_flops
-from structattn_lite.lm import CharLM, LMConfig, parameter_report
+from structattn_lite.models.attention import build_attention
+from structattn_lite.models.attention_checks import logit_failures
+from structattn_lite.models.attention_flops import (
+    analytic_attention_flops,
+    attention_flops,
+    measure_flops,
+)
+from structattn_lite.models.lm import CharLM, LMConfig, parameter_report
 
 D_MODEL, HEADS = 32, 2  # d_head = 16: the complete graph has 120 edges >= 4 d_head
 VARIANTS = [

@@ -7,16 +7,16 @@ import math
 import pytest
 import torch
 
-from structattn_lite import attention_study as st
-from structattn_lite.attention_tables import (
+from structattn_lite.data import FALLBACK_LABEL
+from structattn_lite.models.lm import CharLM, LMConfig
+from structattn_lite.runs import RunStore
+from structattn_lite.studies.attention import experiment as st
+from structattn_lite.studies.attention.report import (
     fraction_table,
     low_data_verdict,
     measurement_table,
     summarize,
 )
-from structattn_lite.data import FALLBACK_LABEL
-from structattn_lite.lm import CharLM, LMConfig
-from structattn_lite.results import RunStore
 
 TINY = dict(dataset="fallback", d_model=32, n_heads=2, n_layers=1, block_size=16, batch_size=4,
             steps_per_eval=3, evals=2, eval_windows=8, final_eval_windows=8, check_windows=2)  # fmt: skip

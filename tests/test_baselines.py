@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from structattn_lite.length_study import MODEL_SIZES, LengthRun, run_length
 from structattn_lite.models import BASELINES, MODELS, build_model, count_parameters
-from structattn_lite.training import OptimConfig
+from structattn_lite.studies.length.experiment import MODEL_SIZES, LengthRun, run_length
+from structattn_lite.training.trainer import OptimConfig
 
 
 @pytest.mark.parametrize("name", BASELINES)

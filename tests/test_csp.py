@@ -5,12 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from structattn_lite.csp_study import CSPRun, run_csp, sweep
-from structattn_lite.losses import cross_entropy, focal_loss, get_loss
 from structattn_lite.models import CSP_PRESETS, build_model, csp_config
 from structattn_lite.models.csp import CSPBlock, linear_recurrence_loop
-from structattn_lite.results import RunStore
-from structattn_lite.training import OptimConfig, Trainer
+from structattn_lite.runs import RunStore
+from structattn_lite.studies.grokking.experiment import sweep
+from structattn_lite.training.losses import cross_entropy, focal_loss, get_loss
+from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.trainer import OptimConfig, Trainer
 
 
 def test_loop_recurrence_matches_closed_form():
@@ -154,7 +155,7 @@ def test_nan_guard_stops_the_run_and_records_why(tmp_path):
 def test_sweep_records_a_diverged_run_and_goes_on(tmp_path, monkeypatch):
     store = RunStore(tmp_path)
     # softplus gates with a huge initial bias overflow over a long sequence
-    import structattn_lite.csp_study as study
+    import structattn_lite.training.state_tracking as study
 
     real = study.build_csp_model
 

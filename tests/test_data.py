@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from structattn_lite import data
-from structattn_lite.paths import data_root
+from structattn_lite.config import data_root
+from structattn_lite.data import images
+from structattn_lite.data import text as data
 
 REAL_ROOT = os.environ.get("STRUCTATTN_DATA")
 needs_ptb = pytest.mark.skipif(
@@ -116,11 +117,11 @@ def test_fetch_extracts_and_verifies_the_release(tmp_path):
 
 def test_patchify_layout():
     img = torch.arange(3 * 8 * 8, dtype=torch.float32).view(3, 8, 8)
-    tokens = data.Patchify(4)(img)
+    tokens = images.Patchify(4)(img)
     assert tokens.shape == (4, 48)
     torch.testing.assert_close(tokens[1].view(3, 4, 4), img[:, 0:4, 4:8])  # row-major patches
     with pytest.raises(ValueError, match="patch=3 must divide"):
-        data.Patchify(3)(img)
+        images.Patchify(3)(img)
 
 
 def make_fake_cifar(root: Path, per_batch: int = 12) -> None:
@@ -151,22 +152,22 @@ def fake_cifar(tmp_path, monkeypatch):
 
 
 def test_cifar_patches_through_the_torchvision_loader(fake_cifar):
-    train = data.cifar10_patches(train=True, patch=4)
-    test = data.cifar10_patches(fake_cifar, train=False, patch=8)
+    train = images.cifar10_patches(train=True, patch=4)
+    test = images.cifar10_patches(fake_cifar, train=False, patch=8)
     assert len(train) == 60 and len(test) == 12
     x, y = train[3]
     assert x.shape == (64, 48) and y == 3
     assert test[0][0].shape == (16, 192)
-    assert data.cifar10_available()
+    assert images.cifar10_available()
 
 
 def test_cifar_missing_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"structattn data fetch cifar10"):
-        data.cifar10_patches(tmp_path)
+        images.cifar10_patches(tmp_path)
 
 
 def test_cifar_patch_run_trains_and_measures(fake_cifar):
-    from structattn_lite.attention_study import AttentionRun, run_attention
+    from structattn_lite.studies.attention.experiment import AttentionRun, run_attention
 
     cfg = AttentionRun(dataset="cifar10", kind="matroidal", m=16, d_model=32, n_heads=2,
                        batch_size=8, steps_per_eval=2, evals=2, eval_windows=6,

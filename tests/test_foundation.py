@@ -12,10 +12,10 @@ import yaml
 
 from structattn_lite import __version__
 from structattn_lite.cli import main
-from structattn_lite.csp_study import grokking_grid
-from structattn_lite.metrics import f1_score, grokking_gap
-from structattn_lite.profiles import pick
-from structattn_lite.results import CorruptRecordWarning, RunRecord, RunStore, config_hash
+from structattn_lite.config import pick
+from structattn_lite.runs import CorruptRecordWarning, RunRecord, RunStore, config_hash
+from structattn_lite.studies.grokking.experiment import grokking_grid
+from structattn_lite.training.metrics import f1_score, grokking_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,7 +132,7 @@ def test_exported_histories_round_trip(tmp_path):
     records[1].status, records[1].reason = "diverged", "non-finite loss at epoch 2, step 9"
     records[2].extra = {"seconds": 1.5, "step_grad_norms": [1.0, 2.0]}
     path = tmp_path / "runs.csv.gz"
-    from structattn_lite.results import export_histories, load_histories
+    from structattn_lite.runs import export_histories, load_histories
 
     loaded = load_histories(export_histories(records, path))
     assert [r.key for r in loaded] == [r.key for r in records]
@@ -145,7 +145,7 @@ def test_exported_histories_round_trip(tmp_path):
 def test_length_scores_split_seen_and_unseen_positions():
     import torch
 
-    from structattn_lite.metrics import length_scores
+    from structattn_lite.training.metrics import length_scores
 
     target = torch.tensor([[0, 1, 1, 0], [1, 1, 0, 0]])
     pred = torch.tensor([[0, 1, 0, 0], [1, 1, 0, 1]])  # right on positions < 2, half right after

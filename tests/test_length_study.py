@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from structattn_lite import length_study as ls
-from structattn_lite import length_tables as lt
-from structattn_lite.tasks import make_task
+from structattn_lite.data.tasks import make_task
+from structattn_lite.studies.length import experiment as ls
+from structattn_lite.studies.length import report as lt
 
 
 class Oracle(nn.Module):

@@ -4,7 +4,13 @@ import math
 import pytest
 import torch
 
-from structattn_lite.tasks import Dyck1, is_balanced, make_dataset, make_task, random_dyck_words
+from structattn_lite.data.tasks import (
+    Dyck1,
+    is_balanced,
+    make_dataset,
+    make_task,
+    random_dyck_words,
+)
 
 
 def brute_force_balanced(length: int) -> int:
@@ -119,7 +125,7 @@ def test_population_of_equal_count_negatives():
 
 
 def test_paper_preset_matches_the_paper():
-    from structattn_lite.tasks import paper_dataset
+    from structattn_lite.data.tasks import paper_dataset
 
     for task, n in [("parity", 5000), ("mod3", 5000), ("dyck1", 10000)]:
         data = paper_dataset(task, seed=0)

@@ -273,7 +273,7 @@ def test_bad_inputs_raise_clear_errors(call, match: str) -> None:
 
 def test_explorer_runs_headless() -> None:
     pytest.importorskip("ipywidgets")
-    from structattn_lite.theory_widgets import explore_support, support_explorer
+    from structattn_lite.theory.explorer import explore_support, support_explorer
 
     fig, cert = explore_support("random", 7, 10, seed=1)
     assert cert.is_tu and len(fig.axes) >= 4

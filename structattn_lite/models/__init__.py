@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from structattn_lite.config import check_choice
 from structattn_lite.models.baselines import BASELINES, DEFAULTS, build_baseline
 from structattn_lite.models.csp import CSP, CSP_PRESETS, CSPConfig, csp_config
-from structattn_lite.validation import check_choice
 
 MODELS = ("csp", *BASELINES)
 

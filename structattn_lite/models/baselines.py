@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from structattn_lite.config import check_choice, check_int
 from structattn_lite.models.csp import linear_recurrence_loop
 from structattn_lite.models.scan import linear_recurrence_scan
-from structattn_lite.validation import check_choice, check_int
 
 BASELINES = ("lstm", "gru", "transformer", "diag_rnn", "diag_rnn_neg", "complex_rnn")
 LINEAR_RNNS = ("diag_rnn", "diag_rnn_neg", "complex_rnn")

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structattn_lite.validation import check_choice, check_int
+from structattn_lite.config import check_choice, check_int
 
 ROTATIONS = ("step", "cumulative", "none")
 ANGLE_DIMS = ("scalar", "per_dim")

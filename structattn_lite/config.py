@@ -1,0 +1,90 @@
+"""The study's settings in one place: argument checks, profiles and grids, and paths.
+
+Every location can be moved with an environment variable so tests and CI never touch
+the user's cached runs or committed figures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# --- argument checks: every bad value names the parameter and what is allowed ------
+
+
+def check_choice(param: str, value: Any, allowed: Iterable[Any]) -> Any:
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ValueError(f"{param}={value!r} is not allowed; choose one of {allowed}")
+    return value
+
+
+def check_int(param: str, value: Any, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{param} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{param} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_number(
+    param: str, value: Any, *, minimum: float | None = None, strict: bool = False
+) -> float:
+    """A real number >= minimum (> minimum when ``strict``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{param} must be a number, got {value!r}")
+    if minimum is not None and (value <= minimum if strict else value < minimum):
+        op = ">" if strict else ">="
+        raise ValueError(f"{param} must be {op} {minimum}, got {value}")
+    return float(value)
+
+
+# --- profiles ----------------------------------------------------------------------
+
+PROFILES = ("smoke", "quick", "paper")
+
+
+def check_profile(profile: str) -> str:
+    return check_choice("profile", profile, PROFILES)
+
+
+def pick(profile: str, table: dict[str, Any]) -> Any:
+    """The entry of a per-profile settings table, with a clear error for a bad name."""
+    check_profile(profile)
+    return table[profile]
+
+
+# --- paths -------------------------------------------------------------------------
+
+
+def repo_root() -> Path:
+    """The checkout this package lives in (editable install), else the working directory."""
+    here = Path(__file__).resolve().parents[1]
+    return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    """Argument, then ``STRUCTATTN_DATA``, then ``data/`` in the checkout."""
+    if root is not None:
+        return Path(root)
+    env = os.environ.get("STRUCTATTN_DATA")
+    return Path(env) if env else repo_root() / "data"
+
+
+def runs_dir() -> Path:
+    """Cached run records: ``STRUCTATTN_RUNS`` or ``data/runs`` (gitignored)."""
+    env = os.environ.get("STRUCTATTN_RUNS")
+    return Path(env) if env else repo_root() / "data" / "runs"
+
+
+def figures_dir() -> Path:
+    """Rendered figures: ``STRUCTATTN_FIGURES`` or ``figures/``."""
+    env = os.environ.get("STRUCTATTN_FIGURES")
+    return Path(env) if env else repo_root() / "figures"
+
+
+def results_dir() -> Path:
+    """Committed, compact results of the largest grids run (``data/results``)."""
+    return repo_root() / "data" / "results"

@@ -1,0 +1,171 @@
+"""Figures, tables and the run browser of the grokking study (notebook 03)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import display
+
+from structattn_lite.models import CSP_PRESETS
+from structattn_lite.runs import RunRecord
+from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP
+from structattn_lite.training.metrics import grokking_gap
+
+
+def summarize(records: list[RunRecord]) -> pd.DataFrame:
+    """One row per run: final test accuracy, F1, grokking gap, epoch of the largest grad norm."""
+    rows = []
+    for r in records:
+        h = r.history
+        acc = h["test_acc"].tolist() if len(h) else []
+        rows.append(
+            {
+                "task": r.config["task"],
+                "preset": r.config["preset"] or r.config["model"],
+                "seed": r.seed,
+                "status": r.status,
+                "epochs_run": len(h),
+                "final_test_acc": acc[-1] if acc else float("nan"),
+                "final_test_f1": h["test_f1"].iloc[-1] if len(h) else float("nan"),
+                "grokking_gap": grokking_gap(acc),
+                "spike_epoch": int(h.loc[h["grad_norm_max"].idxmax(), "epoch"]) if len(h) else None,
+                "seconds_per_epoch": r.extra.get("seconds", float("nan")) / max(len(h), 1),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def jump_epoch(history, level: float = 0.9) -> int | None:
+    """First epoch whose test accuracy reaches ``level`` (the grokking jump)."""
+    hit = history.index[history["test_acc"] >= level]
+    return int(history.loc[hit[0], "epoch"]) if len(hit) else None
+
+
+def grokking_figure(records, task: str, title: str | None = None):
+    """Test accuracy per seed (top) with the per-step gradient norm aligned beneath.
+
+    One column per preset; a dashed line marks each seed's jump (first epoch >= 90%).
+    """
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in records if r.config["task"] == task]
+    presets = sorted({r.config["preset"] or r.config["model"] for r in runs})
+    fig, axes = plt.subplots(
+        2,
+        len(presets),
+        figsize=(5.5 * len(presets), 5.5),
+        sharex="col",
+        squeeze=False,
+        gridspec_kw={"height_ratios": [2, 1]},
+    )
+    for col, preset in enumerate(presets):
+        acc_ax, norm_ax = axes[0, col], axes[1, col]
+        for i, r in enumerate(
+            x for x in runs if (x.config["preset"] or x.config["model"]) == preset
+        ):
+            h, color = r.history, f"C{i}"
+            if not len(h):
+                continue
+            acc_ax.plot(h["epoch"], h["test_acc"], color=color, label=f"seed {r.seed}")
+            acc_ax.plot(h["epoch"], h["train_acc"], color=color, alpha=0.35, lw=1)
+            norms = r.extra.get("step_grad_norms")
+            if norms:  # per step; shipped records keep only the per-epoch max
+                steps_per_epoch = max(len(norms) // len(h), 1)
+                steps = [(k + 1) / steps_per_epoch for k in range(len(norms))]
+                norm_ax.plot(steps, norms, color=color, lw=0.6)
+            else:
+                norm_ax.plot(h["epoch"], h["grad_norm_max"], color=color, lw=1)
+            jump = jump_epoch(h)
+            if jump is not None:
+                for ax in (acc_ax, norm_ax):
+                    ax.axvline(jump, color=color, ls="--", lw=1)
+        acc_ax.set(
+            title=f"{task}: {preset} preset",
+            ylabel="accuracy (solid: test, faint: train)",
+            ylim=(0, 1.02),
+        )
+        acc_ax.legend(fontsize=8, loc="lower right")
+        norm_ax.set(xlabel="epoch", ylabel="grad norm before clipping", yscale="log")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def grokking_browser(records) -> widgets.Widget:
+    """Pick task, preset and seed from the cached runs; see curves and the summary row."""
+    table = summarize(records)
+    task = widgets.Dropdown(options=sorted(table["task"].unique()), description="task")
+    preset = widgets.Dropdown(options=sorted(table["preset"].unique()), description="preset")
+    seed = widgets.Dropdown(options=sorted(table["seed"].unique()), description="seed")
+    out = widgets.Output()
+
+    def show(*_):
+        chosen = [
+            r
+            for r in records
+            if r.config["task"] == task.value
+            and (r.config["preset"] or r.config["model"]) == preset.value
+            and r.seed == seed.value
+        ]
+        out.clear_output(wait=True)
+        with out:
+            if not chosen:
+                print("no cached run for this choice")
+                return
+            fig = grokking_figure(chosen, task.value)
+            display(fig)
+            plt.close(fig)
+            row = table[
+                (table.task == task.value)
+                & (table.preset == preset.value)
+                & (table.seed == seed.value)
+            ]
+            display(row)
+
+    for w in (task, preset, seed):
+        w.observe(show, names="value")
+    show()
+    return widgets.VBox([widgets.HBox([task, preset, seed]), out])
+
+
+def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
+    """Grokking gap per task and preset over seeds, beside the paper's number."""
+    runs = summarize(records)
+    rows = []
+    for (task, preset), group in runs.groupby(["task", "preset"], sort=False):
+        gaps = group["grokking_gap"].dropna().astype(float)
+        paper_mean, paper_sd = PAPER_GROKKING_GAP.get(task, (float("nan"), float("nan")))
+        reached, seeds = len(gaps), len(group)
+        if reached == 0:
+            verdict = "not reproduced: no seed reached 100%"
+        elif abs(gaps.mean() - paper_mean) <= 2 * paper_sd:
+            verdict = f"{reached}/{seeds} seeds reached 100%; gap within 2 sd of the paper"
+        else:
+            verdict = f"{reached}/{seeds} seeds reached 100%; gap outside 2 sd of the paper"
+        rows.append(
+            {
+                "task": task,
+                "preset": preset,
+                "seeds": seeds,
+                "seeds_at_100": reached,
+                "final_test_acc": f"{group.final_test_acc.mean():.3f} ± {group.final_test_acc.std(ddof=0):.3f}",
+                "gap_ours": f"{gaps.mean():.1f} ± {gaps.std(ddof=0):.1f}"
+                if reached
+                else "not reached",
+                "gap_paper": f"{paper_mean} ± {paper_sd}",
+                "max_epochs": int(group["epochs_run"].max()),
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def preset_table() -> pd.DataFrame:
+    """The CSP presets side by side; ``differs`` marks where text and code disagree."""
+    table = pd.DataFrame({name: dataclasses.asdict(cfg) for name, cfg in CSP_PRESETS.items()})
+    table["differs"] = table["paper"] != table["upstream"]
+    return table
