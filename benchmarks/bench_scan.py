@@ -83,7 +83,7 @@ def main(argv=None):
                 f"{label:<34}{length:>6}{loop * 1e3:>11.1f}{par * 1e3:>11.1f}{loop / par:>8.1f}x",
                 flush=True,
             )
-    for name, preset in (("csp", "upstream"), ("diag_rnn_neg", None), ("complex_rnn", None)):
+    for name, preset in (("csp", "code_switches"), ("diag_rnn_neg", None), ("complex_rnn", None)):
         label = f"model {name}{'/' + preset if preset else ''} (2 layers)"
         for length in args.lengths:
             loop = seconds(model_case(name, preset, "loop", args.batch, length, args.dim))

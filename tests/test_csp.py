@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 from structattn_lite.models import CSP_PRESETS, build_model, csp_config
 from structattn_lite.models.csp import CSPBlock, linear_recurrence_loop
-from structattn_lite.runs import RunStore
-from structattn_lite.studies.grokking.experiment import sweep
+from structattn_lite.records import RunStore
+from structattn_lite.runs import sweep
 from structattn_lite.training.losses import cross_entropy, focal_loss, get_loss
 from structattn_lite.training.state_tracking import CSPRun, run_csp
 from structattn_lite.training.trainer import OptimConfig, Trainer
@@ -31,7 +31,7 @@ def test_model_maps_tokens_to_per_prefix_logits():
 
 
 def test_presets_differ_where_text_and_code_disagree():
-    paper, upstream = CSP_PRESETS["paper"], CSP_PRESETS["upstream"]
+    paper, upstream = CSP_PRESETS["paper"], CSP_PRESETS["code_switches"]
     assert (paper.rotation, paper.gates) == ("step", "softplus")
     assert (upstream.rotation, upstream.gates) == ("cumulative", "decay")
     x = torch.randn(1000, 64) * 5
@@ -83,7 +83,7 @@ def test_invalid_model_options_are_rejected(options, match):
 def test_unknown_model_and_preset_names():
     with pytest.raises(ValueError, match=r"model='mamba'.*'csp'"):
         build_model("mamba")
-    with pytest.raises(ValueError, match=r"preset='arxiv'.*'paper', 'upstream'"):
+    with pytest.raises(ValueError, match=r"preset='arxiv'.*'paper', 'code_switches'"):
         build_model("csp", preset="arxiv")
 
 
@@ -127,8 +127,9 @@ def test_identical_seed_gives_identical_history():
 
 
 def test_csp_learns_parity_on_unseen_strings():
-    """The authors' variant with per-prefix labels: >= 99% on a disjoint test split."""
-    record = run_csp(small_run(epochs=20, hold_perfect=3), progress=False)
+    """The text's block with the code's switches, per-prefix labels: >= 99% on a disjoint
+    test split."""
+    record = run_csp(small_run(epochs=20, hold_perfect=3, preset="code_switches"), progress=False)
     assert record.status in ("ok", "early_stop")
     assert record.history["test_acc"].iloc[-1] >= 0.99
     assert record.extra["data"]["test_in_train"] == 0.0
@@ -159,8 +160,8 @@ def test_sweep_records_a_diverged_run_and_goes_on(tmp_path, monkeypatch):
 
     real = study.build_csp_model
 
-    def exploding(cfg, n_classes):
-        model = real(cfg, n_classes)
+    def exploding(cfg, n_classes, vocab_size=2):
+        model = real(cfg, n_classes, vocab_size)
         if cfg.seed == 1:
             for block in model.blocks:
                 torch.nn.init.constant_(block.delta.bias, 200.0)
@@ -184,7 +185,7 @@ def test_sweep_records_a_diverged_run_and_goes_on(tmp_path, monkeypatch):
         )
         for s in (1, 2)
     ]
-    records = sweep(cfgs, store, progress=False)
+    records = sweep("grokking", cfgs, store=store, progress=False)
     assert records[0].status == "diverged" and "non-finite" in records[0].reason
     assert records[1].status == "ok"
     assert len(list(tmp_path.glob("csp/*.json"))) == 2

@@ -81,7 +81,7 @@ def test_shape_mismatch_is_a_clear_error():
     "model,preset",
     [
         ("csp", "paper"),
-        ("csp", "upstream"),
+        ("csp", "code_switches"),
         ("diag_rnn", None),
         ("diag_rnn_neg", None),
         ("complex_rnn", None),

@@ -4,13 +4,8 @@ import math
 import pytest
 import torch
 
-from structattn_lite.data.tasks import (
-    Dyck1,
-    is_balanced,
-    make_dataset,
-    make_task,
-    random_dyck_words,
-)
+from structattn_lite.data.splits import make_dataset
+from structattn_lite.data.tasks import Dyck1, is_balanced, make_task, random_dyck_words
 
 
 def brute_force_balanced(length: int) -> int:
@@ -77,8 +72,8 @@ def test_prefix_labels_follow_definitions():
 
 def test_dyck_sequence_label_is_balancedness_and_share_is_respected():
     data = make_dataset("dyck1", 800, 16, seed=0)
-    y_last = torch.cat([data.y_train[:, -1], data.y_test[:, -1]])
-    x = torch.cat([data.x_train, data.x_test])
+    y_last = torch.cat([data.y_train[:, -1], data.y_val[:, -1], data.y_test[:, -1]])
+    x = torch.cat([data.x_train, data.x_val, data.x_test])
     assert torch.equal(y_last.bool(), is_balanced(x))
     assert y_last.float().mean().item() == pytest.approx(0.5)
     # equal-count negatives: counting "(" alone cannot reject them
@@ -125,12 +120,14 @@ def test_population_of_equal_count_negatives():
 
 
 def test_paper_preset_matches_the_paper():
-    from structattn_lite.data.tasks import paper_dataset
+    from structattn_lite.data.splits import paper_dataset
 
     for task, n in [("parity", 5000), ("mod3", 5000), ("dyck1", 10000)]:
         data = paper_dataset(task, seed=0)
-        assert (len(data.x_train) + len(data.x_test), data.length, data.leaky) == (n, 16, True)
+        total = len(data.x_train) + len(data.x_val) + len(data.x_test)
+        assert (total, data.length, data.leaky) == (n, 16, True)
     dyck = paper_dataset("dyck1")
-    assert torch.cat([dyck.y_train, dyck.y_test])[:, -1].float().mean().item() == pytest.approx(0.5)
+    y = torch.cat([dyck.y_train, dyck.y_val, dyck.y_test])
+    assert y[:, -1].float().mean().item() == pytest.approx(0.5)
     with pytest.raises(ValueError, match=r"task='modk'.*'parity', 'mod3', 'dyck1'"):
         paper_dataset("modk")

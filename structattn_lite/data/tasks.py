@@ -2,21 +2,33 @@
 
 Each task is a small class that samples strings of any length and labels every prefix
 (the Chomsky-hierarchy style), so a model can be evaluated at lengths it never saw.
-``make_dataset`` builds a train/test split from a task: disjoint by sequence by default,
-or the paper's i.i.d. random split (``leaky=True``), whose overlap it measures.
+Splits of a task into training, validation and test strings live in ``data.splits``.
+
+Beside ours, the authors' tasks (github hilhert/CSP, csp/data.py at 3bb9f71b):
+``mod3_authors``, the 3-class residue (count of ones mod 3) per prefix, and
+``dyck1_authors``, valid-prefix labels on strings of variable even length, padded.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 
 from structattn_lite.config import check_choice, check_int, check_number
 
-TASKS = ("parity", "mod3", "modk", "dyck1")
+TASKS = ("parity", "mod3", "modk", "dyck1", "mod3_authors", "dyck1_authors")
+# The options each task's constructor takes (anything else is a clear error).
+TASK_OPTIONS = {
+    "parity": (),
+    "mod3": ("target",),
+    "modk": ("k", "target"),
+    "dyck1": ("balanced", "negatives", "label"),
+    "mod3_authors": (),
+    "dyck1_authors": ("min_length",),
+}
 LABELS = ("sequence", "prefix")
+IGNORE_INDEX = -100  # label of padded positions; cross-entropy skips it
 
 # The paper's data (section 3): length 16; 5,000 strings for parity and mod-3, 10,000
 # parentheses strings balanced 50/50; i.i.d. samples split 80/20 at random.
@@ -28,11 +40,24 @@ def random_bits(n: int, length: int, generator: torch.Generator) -> torch.Tensor
     return torch.randint(0, 2, (n, length), generator=generator)
 
 
-def distinct_rows(draw, n: int, generator: torch.Generator) -> torch.Tensor:
-    """Call ``draw(batch, generator)`` until ``n`` distinct rows are held (order kept)."""
+def distinct_rows(
+    draw, n: int, generator: torch.Generator, max_draws: int | None = None
+) -> torch.Tensor:
+    """Call ``draw(batch, generator)`` until ``n`` distinct rows are held (order kept).
+
+    ``max_draws`` bounds the rows drawn in all, for samplers under which some strings are
+    so rare that collecting nearly all of them would take forever.
+    """
     seen: dict[bytes, torch.Tensor] = {}
+    drawn = 0
     while len(seen) < n:
+        if max_draws is not None and drawn >= max_draws:
+            raise ValueError(
+                f"only {len(seen)} distinct strings of the n={n} requested turned up in "
+                f"{drawn} draws; lower n or pass leaky=True to sample with replacement"
+            )
         batch = draw(max(2 * (n - len(seen)), 64), generator)
+        drawn += len(batch)
         for row in batch:
             seen.setdefault(row.numpy().tobytes(), row)
             if len(seen) == n:
@@ -45,6 +70,8 @@ class Task:
 
     name = "task"
     n_classes = 2
+    vocab_size = 2  # tokens 0 and 1
+    pad = None  # the padding token, for tasks whose strings vary in length
 
     def population(self, length: int) -> int:
         """How many distinct strings of this length the task samples from."""
@@ -93,6 +120,18 @@ class ModK(Task):
     def prefix_labels(self, x):
         residue = x.cumsum(1) % self.k
         return (residue == 0).long() if self.target == "divisible" else residue
+
+
+class Mod3Authors(ModK):
+    """The authors' mod-3: three classes, the count of ones mod 3 after every prefix.
+
+    Tokens are 0 and 1, but their script (experiments/mod3.py, 7d6c56a3) builds the model
+    with ``vocab_size=3``, one embedding row never read; their 4,893 parameters include it.
+    """
+
+    def __init__(self):
+        super().__init__(k=3, target="residue")
+        self.name = "mod3_authors"
 
 
 def dyck_depth(x: torch.Tensor) -> torch.Tensor:
@@ -172,6 +211,11 @@ class Dyck1(Task):
             raise ValueError(
                 f"length={length} is odd: no balanced strings exist; use an even length"
             )
+        if n - n_pos and length % 2 and self.negatives == "equal_count":
+            raise ValueError(
+                f"length={length} is odd: no string holds as many '(' as ')'; use an even "
+                "length or negatives='random'"
+            )
         return n_pos, n - n_pos
 
     def sample(self, n, length, generator, distinct=False):
@@ -206,139 +250,149 @@ class Dyck1(Task):
         return (never_negative & (depth == 0)).long()
 
 
+def catalan(m: int) -> int:
+    return math.comb(2 * m, m) // (m + 1)
+
+
+def nested_word(pairs: int, uniforms: list[float]) -> list[int]:
+    """The authors' recursive Dyck word: "(" inner ")" rest, inner pairs uniform in 0..m-1.
+
+    One uniform draw per pair, taken with ``uniforms.pop()`` in the order the recursion
+    asks for them (outer pair, then its inside, then the rest); an explicit stack instead of
+    recursion, so any length works.
+    """
+    close, word, todo = -1, [], [pairs]
+    while todo:
+        m = todo.pop()
+        if m == close:
+            word.append(1)
+        elif m > 0:
+            inner = int(uniforms.pop() * m)
+            word.append(0)
+            todo += [m - 1 - inner, close, inner]  # popped last to first
+    return word
+
+
+class AuthorsDyck1(Task):
+    """The authors' Dyck-1 (csp/data.py at 3bb9f71b, used by their scripts to 778a15c1).
+
+    Half the strings are valid, half invalid; each draws its length uniformly from the even
+    numbers ``min_length..length`` and is padded at the end to ``length``. Valid strings are
+    built by the recursion of :func:`nested_word` (balanced, not uniform over Dyck words).
+    Invalid strings are random "(" / ")" strings of a random even length, redrawn (length
+    included) until their depth dips below zero, so longer lengths are over-represented.
+    Labels: 1 while the prefix never went below zero, else 0; -100 on padding.
+
+    Tokens: 0 = "(", 1 = ")", 2 = pad (vocabulary 3). The authors number them 1, 2 and pad 0;
+    a learned embedding cannot tell the two numberings apart. With an odd ``n`` the extra
+    string is invalid (the authors' generator returns 2 * (n // 2) strings).
+    """
+
+    name = "dyck1_authors"
+    vocab_size = 3
+    pad = 2
+
+    def __init__(self, min_length: int = 2):
+        self.min_length = self._even("min_length", min_length, 2)
+
+    @staticmethod
+    def _even(param: str, value, minimum: int) -> int:
+        check_int(param, value, minimum=minimum)
+        if value % 2:
+            raise ValueError(f"{param} must be even (the authors' strings are), got {value}")
+        return value
+
+    def lengths(self, length: int) -> range:
+        self._even("length", length, self.min_length)
+        return range(self.min_length, length + 1, 2)
+
+    def n_valid(self, length: int) -> int:
+        return sum(catalan(L // 2) for L in self.lengths(length))
+
+    def n_invalid(self, length: int) -> int:  # strings whose depth dips below zero
+        return sum(2**L - math.comb(L, L // 2) for L in self.lengths(length))
+
+    def population(self, length):
+        return self.n_valid(length) + self.n_invalid(length)
+
+    def draw_lengths(self, n: int, length: int, generator: torch.Generator) -> torch.Tensor:
+        options = torch.tensor(self.lengths(length))
+        return options[torch.randint(len(options), (n,), generator=generator)]
+
+    def draw_valid(self, n: int, length: int, generator: torch.Generator) -> torch.Tensor:
+        sizes = self.draw_lengths(n, length, generator).tolist()
+        uniforms = torch.rand(n, length // 2, generator=generator, dtype=torch.float64)
+        out = torch.full((n, length), self.pad, dtype=torch.long)
+        for i, (size, u) in enumerate(zip(sizes, uniforms.tolist(), strict=True)):
+            out[i, :size] = torch.tensor(nested_word(size // 2, u[: size // 2][::-1]))
+        return out
+
+    def draw_invalid(self, n: int, length: int, generator: torch.Generator) -> torch.Tensor:
+        out = torch.empty(0, length, dtype=torch.long)
+        while len(out) < n:  # at least half of all (length, string) pairs dip below zero
+            b = 2 * (n - len(out)) + 16
+            sizes = self.draw_lengths(b, length, generator)
+            x = torch.randint(0, 2, (b, length), generator=generator)
+            x[torch.arange(length) >= sizes[:, None]] = self.pad
+            dips = (self.depth(x).cummin(1).values < 0).any(1)
+            out = torch.cat([out, x[dips]])
+        return out[:n]
+
+    def depth(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x == self.pad, 0, 1 - 2 * x).cumsum(1)
+
+    def sample(self, n, length, generator, distinct=False):
+        n_valid, n_invalid = n // 2, n - n // 2
+        if distinct:
+            for what, want, have in (
+                ("valid", n_valid, self.n_valid(length)),
+                ("invalid", n_invalid, self.n_invalid(length)),
+            ):
+                if want > have:
+                    raise ValueError(
+                        f"n={n} asks for {want} distinct {what} strings but only {have} exist "
+                        f"at lengths {self.min_length}..{length}; lower n or pass leaky=True"
+                    )
+            # Deeply nested words are rare under the recursion: bound the search.
+            cap = 100 * n + 10_000
+            valid = distinct_rows(
+                lambda b, g: self.draw_valid(b, length, g), n_valid, generator, cap
+            )
+            invalid = distinct_rows(
+                lambda b, g: self.draw_invalid(b, length, g), n_invalid, generator, cap
+            )
+        else:
+            valid = self.draw_valid(n_valid, length, generator)
+            invalid = self.draw_invalid(n_invalid, length, generator)
+        x = torch.cat([valid.reshape(-1, length), invalid.reshape(-1, length)])
+        return x[torch.randperm(len(x), generator=generator)]
+
+    def draw(self, n, length, generator):
+        return self.sample(n, length, generator)
+
+    def prefix_labels(self, x):
+        labels = (self.depth(x).cummin(1).values >= 0).long()
+        return labels.masked_fill(x == self.pad, IGNORE_INDEX)
+
+
 def make_task(task: str, **options) -> Task:
-    """Name-to-constructor table; options go to the task's constructor."""
+    """Name-to-constructor table; options go to the task's constructor (see TASK_OPTIONS)."""
     check_choice("task", task, TASKS)
+    allowed = list(TASK_OPTIONS[task])
+    for name in options:
+        if name not in allowed:
+            raise ValueError(
+                f"task option={name!r} is not allowed for task {task!r}; "
+                + (f"choose one of {allowed}" if allowed else "it takes no options")
+            )
     if task == "parity":
-        return Parity(**options)
+        return Parity()
     if task == "mod3":
         return ModK(k=3, **options)
     if task == "modk":
         return ModK(**options)
+    if task == "mod3_authors":
+        return Mod3Authors()
+    if task == "dyck1_authors":
+        return AuthorsDyck1(**options)
     return Dyck1(**options)
-
-
-@dataclass
-class StateTrackingData:
-    """A train/test split of one task at one length, with its provenance.
-
-    ``y_*`` always hold one label per prefix; with ``labels="sequence"`` models are
-    trained and scored on the last position only.
-    """
-
-    task: Task
-    length: int
-    labels: str
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    leaky: bool
-    n_possible: int  # distinct strings of this length in the task's population
-    stats: dict = field(default_factory=dict)
-
-    @property
-    def n_classes(self) -> int:
-        return self.task.n_classes
-
-    @property
-    def n_distinct(self) -> int:
-        return self.stats["n_distinct"]
-
-    @property
-    def overlap(self) -> float:
-        return self.stats["test_in_train"]
-
-    @property
-    def prefix_overlap(self) -> float:
-        return self.stats["test_prefixes_in_train"]
-
-    def summary(self) -> dict:
-        return {
-            "task": self.task.name,
-            "length": self.length,
-            "labels": self.labels,
-            "split": "leaky (i.i.d. random)" if self.leaky else "disjoint by sequence",
-            "n_train": len(self.x_train),
-            "n_test": len(self.x_test),
-            "n_possible": self.n_possible,
-            **self.stats,
-        }
-
-
-def _rows(x: torch.Tensor) -> list[bytes]:
-    return [r.tobytes() for r in x.numpy().astype("uint8")]
-
-
-def overlap_stats(x_train: torch.Tensor, x_test: torch.Tensor) -> dict:
-    """Distinct strings held; share of test strings, and of test prefixes, seen in training."""
-    train_rows, test_rows = _rows(x_train), _rows(x_test)
-    train_set = set(train_rows)
-    in_train = sum(r in train_set for r in test_rows) / max(len(test_rows), 1)
-    seen = hits = 0
-    for t in range(1, x_train.shape[1] + 1):
-        train_prefixes = {r[:t] for r in train_rows}
-        hits += sum(r[:t] in train_prefixes for r in test_rows)
-        seen += len(test_rows)
-    return {
-        "n_distinct": len(train_set | set(test_rows)),
-        "test_in_train": in_train,
-        "test_prefixes_in_train": hits / max(seen, 1),
-    }
-
-
-def make_dataset(
-    task: str,
-    n: int,
-    length: int,
-    seed: int,
-    *,
-    labels: str = "sequence",
-    test_fraction: float = 0.2,
-    leaky: bool = False,
-    **options,
-) -> StateTrackingData:
-    """Sample ``n`` strings of ``length`` and split them into train and test.
-
-    Disjoint (default): ``n`` distinct strings, so no test string occurs in training.
-    ``leaky=True``: the paper's protocol, ``n`` i.i.d. strings split at random; the
-    returned ``stats`` say how much of the test set the training set already holds.
-    Options: ``k`` and ``target`` for "modk"; ``balanced``, ``negatives`` and ``label``
-    for "dyck1" (see :class:`Dyck1`).
-    """
-    spec = make_task(task, **options)
-    check_int("n", n, minimum=1)
-    check_int("length", length, minimum=1)
-    check_int("seed", seed, minimum=0)
-    check_choice("labels", labels, LABELS)
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction}")
-    n_test = max(1, round(n * test_fraction))
-    if n_test >= n:
-        raise ValueError(
-            f"n={n} is too small for a train/test split with test_fraction={test_fraction}"
-        )
-
-    generator = torch.Generator().manual_seed(seed)
-    x = spec.sample(n, length, generator, distinct=not leaky)
-    x = x[torch.randperm(n, generator=generator)]
-    y = spec.prefix_labels(x)
-    x_train, x_test = x[n_test:], x[:n_test]
-    return StateTrackingData(
-        task=spec,
-        length=length,
-        labels=labels,
-        x_train=x_train,
-        y_train=y[n_test:],
-        x_test=x_test,
-        y_test=y[:n_test],
-        leaky=leaky,
-        n_possible=spec.population(length),
-        stats=overlap_stats(x_train, x_test),
-    )
-
-
-def paper_dataset(task: str, seed: int = 0, **options) -> StateTrackingData:
-    """The paper's preset: its length, sample size and i.i.d. random split (leaky)."""
-    check_choice("task", task, tuple(PAPER_N))
-    return make_dataset(task, PAPER_N[task], PAPER_LENGTH, seed, leaky=True, **options)

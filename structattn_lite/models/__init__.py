@@ -11,12 +11,35 @@ from torch import nn
 from structattn_lite.config import check_choice
 from structattn_lite.models.baselines import BASELINES, DEFAULTS, build_baseline
 from structattn_lite.models.csp import CSP, CSP_PRESETS, CSPConfig, csp_config
+from structattn_lite.models.csp_authors import (
+    AUTHORS_PRESETS,
+    REVISIONS,
+    AuthorsCSP,
+    AuthorsCSPConfig,
+    authors_config,
+)
 
 MODELS = ("csp", *BASELINES)
+# "upstream" is the brief's public name for the authors' code: the revision behind their
+# README's parity row.
+PRESET_ALIASES = {"upstream": "authors_3bb9f71"}
+PRESETS = (*CSP_PRESETS, *AUTHORS_PRESETS, *PRESET_ALIASES)
+
+
+def preset_config(preset: str = "paper", **overrides) -> CSPConfig | AuthorsCSPConfig:
+    """The config a CSP preset names, with some fields replaced (errors list what is allowed).
+
+    ``paper`` (the text's reading) and ``code_switches`` give a :class:`CSPConfig`;
+    ``authors_<revision>`` (and its alias ``upstream``) an :class:`AuthorsCSPConfig`.
+    """
+    preset = PRESET_ALIASES.get(check_choice("preset", preset, PRESETS), preset)
+    if preset in AUTHORS_PRESETS:
+        return authors_config(preset, **overrides)
+    return csp_config(preset, **overrides)
 
 
 def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
-    """``build_model("csp", preset="paper" | "upstream", **overrides)``, or a baseline.
+    """``build_model("csp", preset=one of PRESETS, **overrides)``, or a baseline.
 
     Baselines (``lstm``, ``gru``, ``transformer``, ``diag_rnn``, ``diag_rnn_neg``,
     ``complex_rnn``) take ``vocab_size``, ``n_classes``, ``d_model``, ``n_layers`` (and
@@ -24,7 +47,8 @@ def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
     """
     check_choice("model", name, MODELS)
     if name == "csp":
-        return CSP(csp_config(preset or "paper", **options))
+        cfg = preset_config(preset or "paper", **options)
+        return AuthorsCSP(cfg) if isinstance(cfg, AuthorsCSPConfig) else CSP(cfg)
     if preset is not None:
         raise ValueError(
             f"preset={preset!r} only applies to model 'csp'; baseline {name!r} takes "
@@ -38,13 +62,20 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
+    "AUTHORS_PRESETS",
+    "AuthorsCSP",
+    "AuthorsCSPConfig",
     "BASELINES",
     "CSP",
     "CSPConfig",
     "CSP_PRESETS",
     "DEFAULTS",
     "MODELS",
+    "PRESETS",
+    "PRESET_ALIASES",
+    "REVISIONS",
     "build_model",
     "count_parameters",
     "csp_config",
+    "preset_config",
 ]

@@ -1,8 +1,10 @@
 """The Complex State Propagator: rotate, recur, skip, normalize; then a phase decoder.
 
 Every point where the paper's text and the authors' code disagree is a field of
-``CSPConfig`` (see STUDY_BRIEF section 3); the presets ``"paper"`` and ``"upstream"``
-pick one side each. Tokens [B, T] in, logits [B, T, C] out (one per prefix).
+``CSPConfig`` (see STUDY_BRIEF section 3): the preset ``"paper"`` is the text's reading,
+``"code_switches"`` the text's block with the code's cumulative angle and decay gates (the
+ablations vary it). The authors' own model, revision by revision, is ``csp_authors``.
+Tokens [B, T] in, logits [B, T, C] out (one per prefix).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class CSPConfig:
 
 CSP_PRESETS = {
     "paper": CSPConfig(),
-    "upstream": CSPConfig(rotation="cumulative", gates="decay"),
+    "code_switches": CSPConfig(rotation="cumulative", gates="decay"),
 }
 
 

@@ -1,4 +1,18 @@
-"""Classification losses over per-position logits [..., C]."""
+"""Classification losses over per-position logits [..., C]; targets of -100 are ignored.
+
+Two focal losses go by the same name in the literature and in the CSP code, so the choice
+is explicit (``alpha_mode``):
+
+- ``"class"`` (Lin et al. 2017; torchvision's ``sigmoid_focal_loss``): binary, the positive
+  class weighted by alpha and the negative by 1 - alpha;
+- ``"constant"`` (the authors' utils/train.py): ``alpha (1 - p_t)^gamma CE``, the same alpha
+  for every class, so alpha only scales the loss; any number of classes.
+
+By name (``get_loss``): ``"focal"`` (class alpha), ``"focal_constant"``, ``"ce"``, and
+``"ce_all_positions"``: the authors' reduction, ``mean`` over every position with ignored
+ones counted as zero (their ``torch.mean`` of an unreduced ``CrossEntropyLoss``), which
+differs from ``"ce"`` only when labels are ignored (padded Dyck-1 strings).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +20,89 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import sigmoid_focal_loss
 
-from structattn_lite.config import check_choice
+from structattn_lite.config import check_choice, check_number
 
-LOSSES = ("focal", "ce")
+IGNORE_INDEX = -100
+ALPHA_MODES = ("class", "constant")
+AVERAGES = ("labelled", "all_positions")
+LOSSES = ("focal", "ce", "focal_constant", "ce_all_positions")
 
 
-def focal_loss(logits: torch.Tensor, target: torch.Tensor, gamma: float = 2.0, alpha: float = 0.25):
-    """Binary focal loss (Lin et al.) on two-class logits.
-
-    softmax over two classes is sigmoid(z1 - z0), so the sigmoid focal loss of the
-    margin is exactly the focal loss of the two-class softmax.
-    """
-    if logits.shape[-1] != 2:
+def _flat(logits: torch.Tensor, target: torch.Tensor):
+    if logits.shape[:-1] != target.shape:
         raise ValueError(
-            f"focal loss needs a binary target (2 classes), got {logits.shape[-1]}; use loss='ce'"
+            f"logits {tuple(logits.shape)} need one class axis more than target "
+            f"{tuple(target.shape)}"
         )
-    margin = logits[..., 1] - logits[..., 0]
-    return sigmoid_focal_loss(
-        margin, target.to(margin.dtype), alpha=alpha, gamma=gamma, reduction="mean"
+    return logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
+
+
+def _average(per_position: torch.Tensor, labelled: torch.Tensor, average: str) -> torch.Tensor:
+    check_choice("average", average, AVERAGES)
+    if average == "all_positions":
+        return per_position.mean()
+    # The mean over labelled positions, without reading anything back to the host
+    # (no labelled position: a zero that keeps the graph).
+    labelled = labelled.to(per_position.dtype)
+    return (per_position * labelled).sum() / labelled.sum().clamp(min=1)
+
+
+def focal_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    gamma: float = 2.0,
+    alpha: float = 0.25,
+    alpha_mode: str = "class",
+    average: str = "labelled",
+) -> torch.Tensor:
+    """Focal loss, ``alpha_mode`` "class" (binary, Lin et al.) or "constant" (the authors')."""
+    check_choice("alpha_mode", alpha_mode, ALPHA_MODES)
+    check_number("gamma", gamma, minimum=0.0)
+    check_number("alpha", alpha, minimum=0.0)
+    flat_logits, flat_target = _flat(logits, target)
+    labelled = flat_target != IGNORE_INDEX
+    if alpha_mode == "constant":
+        ce = F.cross_entropy(flat_logits, flat_target, reduction="none", ignore_index=IGNORE_INDEX)
+        p_t = torch.exp(-ce)
+        return _average(alpha * (1 - p_t) ** gamma * ce, labelled, average)
+    if flat_logits.shape[-1] != 2:
+        raise ValueError(
+            f"focal loss needs a binary target (2 classes) with alpha_mode='class', got "
+            f"{flat_logits.shape[-1]}; use alpha_mode='constant' (loss='focal_constant') or "
+            "loss='ce'"
+        )
+    if alpha > 1:
+        raise ValueError(f"alpha must lie in [0, 1] with alpha_mode='class', got {alpha}")
+    # softmax over two classes is sigmoid(z1 - z0): the sigmoid focal loss of the margin
+    margin = flat_logits[:, 1] - flat_logits[:, 0]
+    per_position = sigmoid_focal_loss(
+        margin, (flat_target == 1).to(margin.dtype), alpha=alpha, gamma=gamma, reduction="none"
     )
+    return _average(per_position * labelled, labelled, average)
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+def focal_constant(logits: torch.Tensor, target: torch.Tensor, **options) -> torch.Tensor:
+    return focal_loss(logits, target, alpha_mode="constant", **options)
+
+
+def cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, average: str = "labelled"
+) -> torch.Tensor:
+    """Mean cross-entropy over labelled positions (``average="all_positions"``: the authors')."""
+    flat_logits, flat_target = _flat(logits, target)
+    ce = F.cross_entropy(flat_logits, flat_target, reduction="none", ignore_index=IGNORE_INDEX)
+    return _average(ce, flat_target != IGNORE_INDEX, average)
+
+
+def cross_entropy_all_positions(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return cross_entropy(logits, target, average="all_positions")
 
 
 def get_loss(name: str):
     check_choice("loss", name, LOSSES)
-    return focal_loss if name == "focal" else cross_entropy
+    return {
+        "focal": focal_loss,
+        "focal_constant": focal_constant,
+        "ce": cross_entropy,
+        "ce_all_positions": cross_entropy_all_positions,
+    }[name]

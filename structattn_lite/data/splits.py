@@ -1,0 +1,174 @@
+"""Train, validation and test splits of a state-tracking task, with their provenance.
+
+``make_dataset`` builds the split: disjoint by sequence by default, or the paper's
+i.i.d. random split (``leaky=True``), whose overlap it measures. The validation strings
+are carved from the training strings, so early stopping and learning-rate plateaus
+never need the test set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.data.tasks import LABELS, PAPER_LENGTH, PAPER_N, Task, make_task
+
+
+@dataclass
+class StateTrackingData:
+    """A train/validation/test split of one task at one length, with its provenance.
+
+    ``y_*`` always hold one label per prefix (-100 where a padded task has no symbol);
+    with ``labels="sequence"`` models are trained and scored on the last position only.
+    The validation strings come out of the training strings: select on them, never on test.
+    """
+
+    task: Task
+    length: int
+    labels: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    leaky: bool
+    n_possible: int  # distinct strings of this length in the task's population
+    stats: dict = field(default_factory=dict)
+    x_val: torch.Tensor | None = None
+    y_val: torch.Tensor | None = None
+
+    @property
+    def n_classes(self) -> int:
+        return self.task.n_classes
+
+    @property
+    def vocab_size(self) -> int:
+        return self.task.vocab_size
+
+    @property
+    def n_distinct(self) -> int:
+        return self.stats["n_distinct"]
+
+    @property
+    def overlap(self) -> float:
+        return self.stats["test_in_train"]
+
+    @property
+    def prefix_overlap(self) -> float:
+        return self.stats["test_prefixes_in_train"]
+
+    def summary(self) -> dict:
+        return {
+            "task": self.task.name,
+            "length": self.length,
+            "labels": self.labels,
+            "split": "leaky (i.i.d. random)" if self.leaky else "disjoint by sequence",
+            "n_train": len(self.x_train),
+            "n_val": 0 if self.x_val is None else len(self.x_val),
+            "n_test": len(self.x_test),
+            "n_possible": self.n_possible,
+            **self.stats,
+        }
+
+
+def _rows(x: torch.Tensor) -> list[bytes]:
+    return [r.tobytes() for r in x.numpy().astype("uint8")]
+
+
+def overlap_stats(
+    x_train: torch.Tensor, x_test: torch.Tensor, x_val: torch.Tensor | None = None
+) -> dict:
+    """Distinct strings held (all splits); share of test strings, and of test prefixes, seen
+    in training; share of validation strings seen in training."""
+    train_rows, test_rows = _rows(x_train), _rows(x_test)
+    val_rows = [] if x_val is None else _rows(x_val)
+    train_set = set(train_rows)
+    in_train = sum(r in train_set for r in test_rows) / max(len(test_rows), 1)
+    seen = hits = 0
+    for t in range(1, x_train.shape[1] + 1):
+        train_prefixes = {r[:t] for r in train_rows}
+        hits += sum(r[:t] in train_prefixes for r in test_rows)
+        seen += len(test_rows)
+    return {
+        "n_distinct": len(train_set | set(test_rows) | set(val_rows)),
+        "test_in_train": in_train,
+        "test_prefixes_in_train": hits / max(seen, 1),
+        "val_in_train": sum(r in train_set for r in val_rows) / max(len(val_rows), 1),
+    }
+
+
+def make_dataset(
+    task: str,
+    n: int,
+    length: int,
+    seed: int,
+    *,
+    labels: str = "sequence",
+    test_fraction: float = 0.2,
+    val_fraction: float = 0.1,
+    leaky: bool = False,
+    **options,
+) -> StateTrackingData:
+    """Sample ``n`` strings of ``length`` and split them into train, validation and test.
+
+    Disjoint (default): ``n`` distinct strings, so no string occurs in two splits.
+    ``leaky=True``: the paper's protocol, ``n`` i.i.d. strings split at random; the
+    returned ``stats`` say how much of the test set the training set already holds.
+    ``test_fraction`` of the strings go to test; ``val_fraction`` (of all ``n``; 0 for
+    none) is carved from the rest, the training strings, and serves every selection.
+    Options: ``k`` and ``target`` for "modk"; ``balanced``, ``negatives`` and ``label``
+    for "dyck1" (see :class:`Dyck1`); ``min_length`` for "dyck1_authors" (``length`` is
+    then the padded length).
+    """
+    spec = make_task(task, **options)
+    check_int("n", n, minimum=1)
+    check_int("length", length, minimum=1)
+    check_int("seed", seed, minimum=0)
+    check_choice("labels", labels, LABELS)
+    if labels == "sequence" and spec.pad is not None:
+        raise ValueError(
+            f"task {task!r} pads its strings, so the last position is often padding; "
+            "use labels='prefix'"
+        )
+    check_number("test_fraction", test_fraction, minimum=0.0, strict=True)
+    check_number("val_fraction", val_fraction, minimum=0.0)
+    if test_fraction + val_fraction >= 1:
+        raise ValueError(
+            f"test_fraction + val_fraction must be < 1, got {test_fraction} + {val_fraction}"
+        )
+    n_test = max(1, round(n * test_fraction))
+    n_val = max(1, round(n * val_fraction)) if val_fraction > 0 else 0
+    if n_test + n_val >= n:
+        raise ValueError(
+            f"n={n} is too small for a train/validation/test split with "
+            f"test_fraction={test_fraction} and val_fraction={val_fraction}"
+        )
+
+    generator = torch.Generator().manual_seed(seed)
+    x = spec.sample(n, length, generator, distinct=not leaky)
+    x = x[torch.randperm(n, generator=generator)]
+    y = spec.prefix_labels(x)
+    # Test first, as before validation existed: the same seed gives the same test strings.
+    cut = n_test + n_val
+    x_train, x_val, x_test = x[cut:], x[n_test:cut], x[:n_test]
+    return StateTrackingData(
+        task=spec,
+        length=length,
+        labels=labels,
+        x_train=x_train,
+        y_train=y[cut:],
+        x_test=x_test,
+        y_test=y[:n_test],
+        leaky=leaky,
+        n_possible=spec.population(length),
+        stats=overlap_stats(x_train, x_test, x_val),
+        x_val=x_val,
+        y_val=y[n_test:cut],
+    )
+
+
+def paper_dataset(task: str, seed: int = 0, **options) -> StateTrackingData:
+    """The paper's preset: its length, sample size and i.i.d. random split (leaky)."""
+    check_choice("task", task, tuple(PAPER_N))
+    return make_dataset(task, PAPER_N[task], PAPER_LENGTH, seed, leaky=True, **options)
