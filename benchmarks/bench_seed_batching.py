@@ -19,7 +19,7 @@ from structattn_lite.training.state_tracking import CSPRun, run_csp
 
 def configs(k, d_model, n_layers, epochs, scan):
     return [
-        CSPRun(task="parity", preset="upstream", seed=s, length=16, n=1000, labels="prefix", leaky=True,
+        CSPRun(task="parity", preset="code_switches", seed=s, length=16, n=1000, labels="prefix", leaky=True,
                epochs=epochs, model_options={"d_model": d_model, "n_layers": n_layers, "scan": scan})
         for s in range(k)
     ]  # fmt: skip

@@ -26,7 +26,6 @@ from structattn_lite.models.csp import linear_recurrence_loop
 from structattn_lite.models.scan import linear_recurrence_scan
 
 BASELINES = ("lstm", "gru", "transformer", "diag_rnn", "diag_rnn_neg", "complex_rnn")
-LINEAR_RNNS = ("diag_rnn", "diag_rnn_neg", "complex_rnn")
 
 
 @dataclass(frozen=True)
@@ -72,10 +71,11 @@ class TorchRNN(nn.Module):
         return self.head(self.rnn(self.embed(tokens))[0])
 
 
-def sinusoidal_positions(length: int, d: int) -> torch.Tensor:
-    pos = torch.arange(length, dtype=torch.float32)[:, None]
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
-    table = torch.zeros(length, d)
+def sinusoidal_positions(length: int, d: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    pos = torch.arange(length, dtype=torch.float32, device=device)[:, None]
+    freq = torch.arange(0, d, 2, dtype=torch.float32, device=device)
+    freq = torch.exp(-math.log(10000.0) * freq / d)
+    table = torch.zeros(length, d, device=device)
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq[: d // 2])
     return table
@@ -100,7 +100,7 @@ class CausalTransformer(nn.Module):
 
     def forward(self, tokens):
         length = tokens.shape[1]
-        x = self.embed(tokens) + sinusoidal_positions(length, self.d).to(tokens.device)
+        x = self.embed(tokens) + sinusoidal_positions(length, self.d, tokens.device)
         mask = nn.Transformer.generate_square_subsequent_mask(length, device=tokens.device)
         return self.head(self.norm(self.encoder(x, mask=mask, is_causal=True)))
 

@@ -1,11 +1,13 @@
-"""Train several seeds of one architecture at once: parameters stacked, forward vmapped.
+"""Train S seeds of one config at once, each as if alone: one stacked model per group.
 
-On a small CPU a CSP step is mostly Python and dispatch overhead, so K seeds in one
-vmapped step cost far less than K steps. Everything per seed stays per seed: its own
-initialisation, data, batch order, gradient clipping, Adam state, plateau schedule,
-NaN guard and stop rule; the sum of the K losses has exactly each seed's gradient on
-its own slice of the stacked parameters. The result matches K separate ``Trainer`` runs
-to floating-point tolerance (``tests/test_ablations.py`` checks histories and weights).
+``stack_models`` turns reference models of one config into one stacked model (every
+parameter with a leading seed axis: ``models.csp_stacked``, ``models.csp_authors_stacked``)
+and ``unstack_model`` takes a seed back out. ``run_csp_stacked(configs)`` is ``run_csp``
+for configs equal but for their seed, trained together by ``StackedTrainer`` (per-seed
+data order, Adam, lr schedule, clipping, NaN guard and stop rule: see
+``training.stacked_trainer``), and returns the records ``run_csp`` would. A model with no
+stacked form (the baselines) runs one seed at a time. ``SeedBatch`` keeps the older
+torch.func.vmap route for any model (slower than separate runs at d >= 32).
 """
 
 from __future__ import annotations
@@ -13,276 +15,172 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+import time
+from collections.abc import Sequence
 
-import pandas as pd
 import torch
 from torch import nn
-from torch.func import functional_call, stack_module_state, vmap
 
-from structattn_lite.training.trainer import OptimConfig, TrainResult
+from structattn_lite.training.stacked_trainer import (  # noqa: F401  (the public names)
+    StackedAdam,
+    StackedTrainer,
+    _per_seed,
+    per_seed_grad_norm,
+    per_seed_loss,
+)
+from structattn_lite.training.trainer import OptimConfig
+
+# --- stacked CSP runs ------------------------------------------------------------------
 
 
-def supports_vmap(model: nn.Module, vocab_size: int = 2) -> bool:
-    """Whether ``model`` can run under torch.func.vmap (nn.LSTM/GRU cannot)."""
-    params, buffers = stack_module_state([model, model])
-    base = copy.deepcopy(model).to("meta")
-    x = torch.randint(0, vocab_size, (2, 3, 4))
+def stack_models(models: Sequence[nn.Module]) -> nn.Module | None:
+    """One stacked model for reference models of one config, or None if it has no stacked form."""
+    from structattn_lite.models.csp import CSP
+    from structattn_lite.models.csp_stacked import stack_csps
+
+    if all(type(m) is CSP for m in models) and len({m.cfg for m in models}) == 1:
+        return stack_csps(list(models))
     try:
-        vmap(lambda p, b, xi: functional_call(base, (p, b), (xi,)))(params, buffers, x)
-    except Exception:  # any unsupported op: fall back to one seed at a time
-        return False
-    return True
+        from structattn_lite.models.csp_authors import AuthorsCSP
+        from structattn_lite.models.csp_authors_stacked import stack_authors
+    except ImportError:  # no stacked form of the authors' model in this checkout
+        return None
+    if all(type(m) is AuthorsCSP for m in models) and len({m.cfg for m in models}) == 1:
+        return stack_authors(list(models))
+    return None
 
 
-class StackedAdam:
-    """torch.optim.Adam's single-tensor update, with one learning rate per seed."""
+def unstack_model(stacked: nn.Module, i: int, template: nn.Module | None = None) -> nn.Module:
+    """Seed ``i`` of a model made by ``stack_models``, as its reference model (a copy).
 
-    def __init__(self, params: dict[str, torch.Tensor], optim: OptimConfig, k: int):
-        self.params, self.wd = params, optim.weight_decay
-        self.lr = torch.full((k,), optim.lr)
-        self.m = {n: torch.zeros_like(p) for n, p in params.items()}
-        self.v = {n: torch.zeros_like(p) for n, p in params.items()}
-        self.steps = torch.zeros(k)
+    ``template`` (one of the stacked reference models) is accepted for symmetry and unused.
+    """
+    from structattn_lite.models.csp_stacked import StackedCSP, unstack_csp
 
-    @torch.no_grad()
-    def step(
-        self, grads: dict[str, torch.Tensor], active: torch.Tensor, b1=0.9, b2=0.999, eps=1e-8
-    ):
-        self.steps += active.float()
-        t = self.steps.clamp(min=1)
-        step_size = self.lr / (1 - b1**t)
-        bc2_sqrt = (1 - b2**t).sqrt()
-        for name, p in self.params.items():
-            g = grads[name]
-            if self.wd:
-                g = g + self.wd * p
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            on = active.view(shape)
-            self.m[name] = torch.where(on, self.m[name].lerp(g, 1 - b1), self.m[name])
-            self.v[name] = torch.where(on, self.v[name] * b2 + (1 - b2) * g * g, self.v[name])
-            denom = self.v[name].sqrt() / bc2_sqrt.view(shape) + eps
-            p.sub_(torch.where(on, step_size.view(shape) * self.m[name] / denom, 0.0))
+    if isinstance(stacked, StackedCSP):
+        return unstack_csp(stacked, i)
+    from structattn_lite.models.csp_authors_stacked import StackedAuthorsCSP, unstack_authors
 
-
-class SeedBatch:
-    """K models of one architecture trained in lockstep, one slice of the stack per seed."""
-
-    def __init__(self, models: Sequence[nn.Module], optim: OptimConfig | None = None):
-        self.k, self.optim = len(models), optim or OptimConfig()
-        params, self.buffers = stack_module_state(list(models))
-        self.params = {n: p.detach().clone() for n, p in params.items()}
-        self.base = copy.deepcopy(models[0]).to("meta")
-        self.adam = StackedAdam(self.params, self.optim, self.k)
-        self.dummies = [torch.zeros(1, requires_grad=True) for _ in range(self.k)]
-        self.schedulers = [  # torch's own plateau logic, one per seed, read back as lr
-            torch.optim.lr_scheduler.ReduceLROnPlateau(
-                torch.optim.SGD([d], lr=self.optim.lr),
-                factor=self.optim.plateau_factor,
-                patience=self.optim.plateau_patience,
-            )
-            for d in self.dummies
-        ]
-
-    def forward(self, params, x):
-        """Logits [K, B, T, C] for stacked tokens x [K, B, T]."""
-        return vmap(lambda p, b, xi: functional_call(self.base, (p, b), (xi,)))(
-            params, self.buffers, x
-        )
-
-    def seed_module(self, i: int, template: nn.Module) -> nn.Module:
-        """A standalone copy of seed ``i``'s model (for evaluation or saving)."""
-        model = copy.deepcopy(template)
-        model.load_state_dict({n: p[i] for n, p in {**self.params, **self.buffers}.items()})
-        return model
-
-    def train_step(self, x, y, loss_fn, active) -> tuple[torch.Tensor, torch.Tensor]:
-        params = {n: p.detach().requires_grad_(True) for n, p in self.params.items()}
-        logits = self.forward(params, x)
-        losses = torch.stack([loss_fn(logits[i], y[i]) for i in range(self.k)])
-        grads = dict(
-            zip(params, torch.autograd.grad(losses.sum(), list(params.values())), strict=True)
-        )
-        norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()], 1).norm(dim=1)
-        max_norm = self.optim.clip if self.optim.clip is not None else math.inf
-        coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-        finite = torch.isfinite(losses.detach()) & torch.isfinite(norms)
-        clipped = {n: g * coef.view((-1,) + (1,) * (g.dim() - 1)) for n, g in grads.items()}
-        self.adam.step(clipped, active & finite)
-        return losses.detach(), norms
-
-    def fit(
-        self,
-        epochs: int,
-        batches: Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]],
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-        evaluate: Callable[[SeedBatch], list[dict[str, float]]],
-        stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
-    ) -> list[TrainResult]:
-        """``batches()`` yields an epoch of stacked (x [K, B, T], y [K, B, T]) batches;
-        ``evaluate(self)`` returns one metrics dict per seed."""
-        k = self.k
-        rows: list[list[dict]] = [[] for _ in range(k)]
-        step_norms: list[list[float]] = [[] for _ in range(k)]
-        status, reason = ["ok"] * k, [None] * k
-        active = torch.ones(k, dtype=torch.bool)
-        for epoch in range(1, epochs + 1):
-            losses, norms = [], []
-            for x, y in batches():
-                loss, norm = self.train_step(x, y, loss_fn, active)
-                for i in range(k):
-                    if active[i]:
-                        step_norms[i].append(norm[i].item())
-                        if not (math.isfinite(loss[i]) and math.isfinite(norm[i])):
-                            what = "loss" if not math.isfinite(loss[i]) else "gradient norm"
-                            status[i] = "diverged"
-                            reason[i] = (
-                                f"non-finite {what} at epoch {epoch}, step {len(step_norms[i])}"
-                            )
-                            active[i] = False
-                losses.append(loss)
-                norms.append(norm)
-            if not active.any():
-                break
-            loss_t, norm_t = torch.stack(losses), torch.stack(norms)
-            metrics = evaluate(self)
-            for i in range(k):
-                if not active[i]:
-                    continue
-                train_loss = loss_t[:, i].mean().item()
-                rows[i].append(
-                    {
-                        "epoch": epoch,
-                        "train_loss": train_loss,
-                        "grad_norm_mean": norm_t[:, i].mean().item(),
-                        "grad_norm_max": norm_t[:, i].max().item(),
-                        "lr": self.adam.lr[i].item(),
-                        **metrics[i],
-                    }
-                )
-                self.schedulers[i].step(train_loss)
-                self.adam.lr[i] = self.schedulers[i].optimizer.param_groups[0]["lr"]
-                if stop_when is not None and stop_when(rows[i]):
-                    status[i], reason[i] = "early_stop", f"stop rule met at epoch {epoch}"
-                    active[i] = False
-            if not active.any():
-                break
-        return [
-            TrainResult(pd.DataFrame(rows[i]), step_norms[i], status[i], reason[i])
-            for i in range(k)
-        ]
-
-
-@torch.no_grad()
-def predict_stacked(batch: SeedBatch, x: torch.Tensor, chunk: int = 512) -> torch.Tensor:
-    """Class predictions [K, N, T] of every seed on its own inputs x [K, N, T]."""
-    out = [
-        batch.forward(batch.params, x[:, i : i + chunk]).argmax(-1)
-        for i in range(0, x.shape[1], chunk)
-    ]
-    return torch.cat(out, 1)
+    if isinstance(stacked, StackedAuthorsCSP):
+        return unstack_authors(stacked, i)
+    raise ValueError(f"not a stacked model: {type(stacked).__name__}")
 
 
 def _without_seed(cfg) -> str:
-    from structattn_lite.runs import config_hash
+    from structattn_lite.records import config_hash
 
     return config_hash("group", dataclasses.replace(cfg, seed=0))
 
 
-def run_csp_batched(configs: Sequence, progress: bool = False) -> list:
-    """``run_csp`` for configs that differ only in their seed, trained in one batch.
+def run_csp_stacked(configs: Sequence, progress: bool = False, device: str = "cpu") -> list:
+    """``run_csp`` for configs equal but for their seed, trained together; one record each.
 
-    Returns one ``RunRecord`` per config, keyed exactly as ``run_csp`` keys it, so the
-    ``RunStore`` serves either path's records interchangeably.
+    Records are keyed and filled as ``run_csp`` keys and fills them (plus ``seed_batched``,
+    the number of seeds trained together), so a ``RunStore`` serves either path's records.
+    A model with no stacked form (the baselines) runs one seed at a time through ``run_csp``.
     """
-    import time
-
     from structattn_lite.models import count_parameters
-    from structattn_lite.runs import RunRecord
-    from structattn_lite.training.losses import get_loss
-    from structattn_lite.training.metrics import scores
-    from structattn_lite.training.state_tracking import EXPERIMENT, build_csp_model, build_data
+    from structattn_lite.records import RunRecord
+    from structattn_lite.training.state_tracking import (
+        EXPERIMENT,
+        build_csp_model,
+        build_data,
+        evaluation_row,
+        run_csp,
+    )
 
-    if len({_without_seed(c) for c in configs}) != 1:
-        raise ValueError("run_csp_batched needs configs that differ only in their seed")
-    cfg0 = configs[0]
+    configs = list(configs)
+    if len({_without_seed(c) for c in configs}) > 1:
+        raise ValueError("run_csp_stacked needs configs that differ only in their seed")
     data = [build_data(c) for c in configs]
     models = []
     for c, d in zip(configs, data, strict=True):
         torch.manual_seed(c.seed)
-        models.append(build_csp_model(c, d.n_classes))
-    loss, labels = get_loss(cfg0.loss), cfg0.labels
-    last_only = labels == "sequence"
-    gens = [torch.Generator().manual_seed(c.seed) for c in configs]
-    batch = SeedBatch(models, cfg0.optim)
+        models.append(build_csp_model(c, d.n_classes, d.vocab_size))
+    splits = ("x_train", "y_train", "x_test", "y_test", "x_val", "y_val")
+    shapes = {
+        tuple(None if getattr(d, n) is None else getattr(d, n).shape for n in splits) for d in data
+    }
+    stacked = stack_models(models) if configs and len(shapes) == 1 else None
+    if stacked is None:
+        return [run_csp(c, progress=progress, device=device) for c in configs]
+    cfg0, n_seeds = configs[0], len(configs)
+    stacked = stacked.to(device)
+    x_train, y_train, x_test, y_test, x_val, y_val = (
+        None
+        if getattr(data[0], name) is None
+        else torch.stack([getattr(d, name) for d in data]).to(device)
+        for name in splits
+    )
+    has_val = x_val is not None and x_val.shape[1] > 0
+    loss, last_only = per_seed_loss(cfg0.loss), cfg0.labels == "sequence"
+    chunk = max(64, 256 // n_seeds)  # rows per seed and evaluation pass (measured best)
 
-    def loss_fn(logits, y):
-        return loss(logits[:, -1], y[:, -1]) if last_only else loss(logits, y)
+    def loss_fn(model, x, y):
+        return loss(model(x, last=True), y[:, :, -1]) if last_only else loss(model(x), y)
 
-    def batches():
-        orders = [
-            torch.randperm(len(d.x_train), generator=g) for d, g in zip(data, gens, strict=True)
-        ]
-        for i in range(0, len(orders[0]), cfg0.batch_size):
-            idx = [o[i : i + cfg0.batch_size] for o in orders]
-            yield (
-                torch.stack([d.x_train[j] for d, j in zip(data, idx, strict=True)]),
-                torch.stack([d.y_train[j] for d, j in zip(data, idx, strict=True)]),
-            )
+    def batches(generators):
+        orders = torch.stack(
+            [torch.randperm(x_train.shape[1], generator=g) for g in generators]
+        ).to(device)
+        seeds = torch.arange(n_seeds, device=device)[:, None]
+        for i in range(0, orders.shape[1], cfg0.batch_size):
+            idx = orders[:, i : i + cfg0.batch_size]
+            yield x_train[seeds, idx], y_train[seeds, idx]
 
-    x_train = torch.stack([d.x_train for d in data])
-    x_test = torch.stack([d.x_test for d in data])
+    def predict(model, x, y):
+        """Predictions and targets per seed, at the last position only if only it is scored."""
+        if last_only:
+            return model.predict(x, chunk, last=True)[..., None], y[..., -1:]
+        return model.predict(x, chunk), y
 
-    def evaluate(b):
-        p_train, p_test = predict_stacked(b, x_train), predict_stacked(b, x_test)
+    def evaluate(model):
+        p_train, ys_train = predict(model, x_train, y_train)
+        p_test, ys_test = predict(model, x_test, y_test)
+        p_val, ys_val = predict(model, x_val, y_val) if has_val else (None, None)
         out = []
-        for i, d in enumerate(data):
-            tr, te = scores(p_train[i], d.y_train, labels), scores(p_test[i], d.y_test, labels)
-            last = scores(p_test[i], d.y_test, "sequence")
-            out.append(
-                {
-                    "train_acc": tr["acc"],
-                    "test_acc": te["acc"],
-                    "test_f1": te["f1"],
-                    "test_seq_acc": last["acc"],
-                    "test_seq_f1": last["f1"],
-                }
-            )
+        for s in range(n_seeds):
+            val = (p_val[s], ys_val[s]) if has_val else (None, None)
+            train, test = (p_train[s], ys_train[s]), (p_test[s], ys_test[s])
+            out.append(evaluation_row(cfg0.labels, train, test, val))
         return out
 
-    def held_perfect(rows):
+    def held_perfect(rows):  # reads the validation split, never the test split
         k = cfg0.hold_perfect
-        return k is not None and len(rows) >= k and all(r["test_acc"] == 1.0 for r in rows[-k:])
+        return k is not None and len(rows) >= k and all(r.get("val_acc") == 1.0 for r in rows[-k:])
 
+    trainer = StackedTrainer(stacked, loss_fn, cfg0.optim)
+    generators = [torch.Generator().manual_seed(c.seed) for c in configs]
     start = time.perf_counter()
-    results = batch.fit(cfg0.epochs, batches, loss_fn, evaluate, stop_when=held_perfect)
-    seconds = (time.perf_counter() - start) / len(configs)
+    results = trainer.fit(cfg0.epochs, batches, evaluate, generators, stop_when=held_perfect)
+    seconds = (time.perf_counter() - start) / n_seeds
     return [
         RunRecord.from_training(
             EXPERIMENT,
             c,
             r,
             step_grad_norms=r.step_grad_norms,
-            n_parameters=count_parameters(models[0]),
+            n_parameters=count_parameters(m),
             seconds=seconds,
-            seed_batched=len(configs),
             data=d.summary(),
+            seed_batched=n_seeds,
         )
-        for c, r, d in zip(configs, results, data, strict=True)
+        for c, r, d, m in zip(configs, results, data, models, strict=True)
     ]
 
 
-def sweep_batched(configs: Sequence, store=None, progress: bool = True) -> list:
-    """Like ``csp_study.sweep``, but seeds of one config are trained together.
+run_csp_batched = run_csp_stacked  # the earlier name
 
-    Cached records are reused; models that cannot be vmapped (LSTM, GRU) run one seed
-    at a time through ``run_csp``. Records come back in the order of ``configs``.
+
+def sweep_batched(configs: Sequence, store=None, progress: bool = True) -> list:
+    """Like ``sweep``, but the seeds of one config are trained together.
+
+    Cached records are reused; records come back in the order of ``configs``.
     """
     from tqdm.auto import tqdm
 
-    from structattn_lite.runs import RunStore
-    from structattn_lite.training.state_tracking import EXPERIMENT, build_csp_model, run_csp
+    from structattn_lite.records import RunStore
+    from structattn_lite.training.state_tracking import EXPERIMENT
 
     store = store or RunStore()
     found = {i: store.load(EXPERIMENT, c) for i, c in enumerate(configs)}
@@ -291,12 +189,74 @@ def sweep_batched(configs: Sequence, store=None, progress: bool = True) -> list:
         if found[i] is None:
             groups.setdefault(_without_seed(c), []).append(i)
     for idx in tqdm(list(groups.values()), desc="seed groups", disable=not progress):
-        group = [configs[i] for i in idx]
-        if len(group) > 1 and supports_vmap(build_csp_model(group[0], 2)):
-            records = run_csp_batched(group)
-        else:
-            records = [run_csp(c, progress=False) for c in group]
+        records = run_csp_stacked([configs[i] for i in idx])
         for i, r in zip(idx, records, strict=True):
             store.save(r)
             found[i] = r
     return [found[i] for i in range(len(configs))]
+
+
+# --- the torch.func.vmap route, for any model (slower than separate runs at d >= 32) ---
+
+
+def supports_vmap(model: nn.Module, vocab_size: int = 2) -> bool:
+    """Whether ``model`` can run under torch.func.vmap (nn.LSTM/GRU cannot)."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    params, buffers = stack_module_state([model, model])
+    base = copy.deepcopy(model).to("meta")
+    x = torch.randint(0, vocab_size, (2, 3, 4))
+    try:
+        vmap(lambda p, b, xi: functional_call(base, (p, b), (xi,)))(params, buffers, x)
+    except Exception:  # any unsupported op
+        return False
+    return True
+
+
+class SeedBatch:
+    """K models of one architecture stepped together through torch.func.vmap."""
+
+    def __init__(self, models: Sequence[nn.Module], optim: OptimConfig | None = None):
+        from torch.func import stack_module_state
+
+        self.k, self.optim = len(models), optim or OptimConfig()
+        params, self.buffers = stack_module_state(list(models))
+        self.params = {n: p.detach().clone() for n, p in params.items()}
+        self.base = copy.deepcopy(models[0]).to("meta")
+        self.adam = StackedAdam(
+            list(self.params.values()), self.optim.lr, self.k, self.optim.weight_decay
+        )
+
+    def forward(self, params, x):
+        """Logits [K, B, T, C] for stacked tokens x [K, B, T]."""
+        from torch.func import functional_call, vmap
+
+        return vmap(lambda p, b, xi: functional_call(self.base, (p, b), (xi,)))(
+            params, self.buffers, x
+        )
+
+    def train_step(self, x, y, loss_fn, active) -> tuple[torch.Tensor, torch.Tensor]:
+        params = {n: p.detach().requires_grad_(True) for n, p in self.params.items()}
+        losses = torch.stack(
+            [loss_fn(lg, yi) for lg, yi in zip(self.forward(params, x), y, strict=True)]
+        )
+        grads = list(torch.autograd.grad(losses.sum(), list(params.values())))
+        norms = per_seed_grad_norm(grads)
+        max_norm = self.optim.clip if self.optim.clip is not None else math.inf
+        coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        grads = [g * _per_seed(coef, g) for g in grads]
+        finite = torch.isfinite(losses.detach()) & torch.isfinite(norms)
+        self.adam.step(grads, active & finite)
+        return losses.detach(), norms
+
+
+@torch.no_grad()
+def predict_stacked(batch, x: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """Class predictions [K, N, T] of every seed on its own inputs x [K, N, T]."""
+    if isinstance(batch, nn.Module):
+        return batch.predict(x, chunk)
+    out = [
+        batch.forward(batch.params, x[:, i : i + chunk]).argmax(-1)
+        for i in range(0, x.shape[1], chunk)
+    ]
+    return torch.cat(out, 1)

@@ -1,0 +1,180 @@
+"""Where a grid's runs execute: in this process, or as tasks on a Ray cluster.
+
+``execute(run_one, configs, experiment=...)`` calls ``run_one(config) -> RunRecord`` for
+every config and yields ``(config, record)`` as runs finish, ``config`` being the very
+object passed in. A run that raises becomes a record with status "failed" and the error
+as its reason; a run that diverges already returns its own "diverged" record; either way
+the other runs go on. An item may also be a list of configs (seeds trained together)
+for which ``run_one`` returns a list of records; if it raises, each config gets a
+"failed" record. Cache look-ups and store writes stay with the caller (``runs.sweep``),
+on the driver.
+
+With ``executor="ray"`` each config is one Ray task, so ``run_one`` and the configs are
+pickled to the workers: ``run_one`` must be a module-level function of an importable
+module (e.g. a study's ``run``), or a ``functools.partial`` of one; Ray's cloudpickle
+also ships functions defined in a notebook or ``__main__`` by value. Workers must be able
+to import ``structattn_lite`` (install it on every node of a cluster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.records import RunRecord, config_dict, config_hash
+from structattn_lite.training.checkpoint import checkpointing
+from structattn_lite.training.trainer import few_threads
+
+EXECUTORS = ("local", "ray")
+
+RunOne = Callable[[Any], RunRecord]
+CheckpointFor = Callable[[Any], "str | Path | None"]
+
+
+def failed_record(experiment: str, config: Any, error: BaseException | str) -> RunRecord:
+    """The record of a run that raised: no history, the error as its reason."""
+    if isinstance(error, BaseException):
+        reason = f"{type(error).__name__}: {error}"
+        detail = "".join(traceback.format_exception(error))
+    else:
+        reason = detail = str(error)
+    return RunRecord(
+        experiment=experiment,
+        key=config_hash(experiment, config),
+        config=config_dict(config),
+        history=pd.DataFrame(),
+        status="failed",
+        reason=reason,
+        extra={"traceback": detail[-4000:]},
+    )
+
+
+def failed_records(experiment: str, item: Any, error: BaseException | str):
+    """The failed record of a config, or one per config of a list of them."""
+    if isinstance(item, (list, tuple)):
+        return [failed_record(experiment, c, error) for c in item]
+    return failed_record(experiment, item, error)
+
+
+def run_guarded(
+    run_one: RunOne,
+    item: Any,
+    experiment: str,
+    threads: int | None = 1,
+    checkpoint_for: CheckpointFor | None = None,
+    checkpoint_every: int = 0,
+) -> RunRecord | list[RunRecord]:
+    """One run with its thread count and checkpoint plan; an exception becomes a record."""
+    # A list of seeds trained together has no single Trainer to checkpoint.
+    single = not isinstance(item, (list, tuple))
+    path = checkpoint_for(item) if checkpoint_for is not None and single else None
+    try:
+        with few_threads(threads), checkpointing(path, checkpoint_every):
+            return run_one(item)
+    except Exception as err:  # noqa: BLE001 - any failure of one run is recorded, not raised
+        return failed_records(experiment, item, err)
+
+
+def execute(
+    run_one: RunOne,
+    configs: Iterable[Any],
+    *,
+    experiment: str,
+    executor: str = "local",
+    address: str | None = None,
+    progress: bool = True,
+    threads: int | None = 1,
+    num_cpus: int | None = None,
+    cpus_per_run: float = 1,
+    gpus_per_run: float = 0,
+    checkpoint_for: CheckpointFor | None = None,
+    checkpoint_every: int = 0,
+    desc: str | None = None,
+) -> Iterator[tuple[Any, RunRecord]]:
+    """Run every config, yielding ``(config, record)`` as each finishes.
+
+    - ``experiment``: the record kind, used to key the "failed" record of a run that raised.
+    - ``executor``: "local" (this process, in order) or "ray" (one Ray task per config,
+      in the order they finish).
+    - ``address``: a Ray cluster to join ("auto", "ray://host:10001", ...); None starts a
+      local instance with ``num_cpus`` CPUs (None: all). An instance already started in
+      this process (``ray.init``) is reused and left running.
+    - ``threads``: torch intra-op threads per run (1 suits these small models).
+    - ``cpus_per_run`` / ``gpus_per_run``: Ray resources of one task; a fraction of a GPU
+      packs several small runs on one device. Ray hides GPUs from tasks that ask for none.
+    - ``checkpoint_for(config) -> path`` and ``checkpoint_every``: where each run
+      checkpoints (see ``training.checkpoint.checkpointing``); on a cluster the path is on
+      the worker's disk, so a retried run resumes only on a shared file system.
+    """
+    # Checked here, not when the first result is asked for (the rest is a generator).
+    check_choice("executor", executor, EXECUTORS)
+    check_int("checkpoint_every", checkpoint_every, minimum=0)
+    check_number("cpus_per_run", cpus_per_run, minimum=0)
+    check_number("gpus_per_run", gpus_per_run, minimum=0)
+    if num_cpus is not None:
+        check_int("num_cpus", num_cpus, minimum=1)
+    configs = list(configs)
+    options = dict(
+        experiment=experiment,
+        threads=threads,
+        checkpoint_for=checkpoint_for,
+        checkpoint_every=checkpoint_every,
+    )
+    bar = tqdm(total=len(configs), desc=desc or experiment, unit="run", disable=not progress)
+    if executor == "local":
+        return _execute_local(run_one, configs, bar, options)
+    resources = dict(num_cpus=cpus_per_run, num_gpus=gpus_per_run)
+    return _execute_ray(run_one, configs, bar, address, num_cpus, resources, options)
+
+
+def _execute_local(run_one, configs, bar, options):
+    with contextlib.closing(bar):
+        for config in configs:
+            record = run_guarded(run_one, config, **options)
+            bar.update(1)
+            yield config, record
+
+
+def connect_ray(address: str | None = None, num_cpus: int | None = None):
+    """The ``ray`` module, initialised: joined to ``address`` or a new local instance."""
+    try:
+        import ray
+    except ImportError as err:
+        raise ImportError(
+            "executor='ray' needs Ray: pip install -e '.[cluster]' in the checkout, or "
+            "pip install ray"
+        ) from err
+    if not ray.is_initialized():
+        if address is None:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    return ray
+
+
+def _execute_ray(run_one, configs, bar, address, num_cpus, resources, options):
+    ray = connect_ray(address, num_cpus)
+    task = ray.remote(run_guarded).options(**resources)
+    run_ref = ray.put(run_one)  # shipped once, not once per task
+    pending = {task.remote(run_ref, c, **options): c for c in configs}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            config = pending.pop(done[0])
+            try:
+                record = ray.get(done[0])
+            except ray.exceptions.RayError as err:  # the worker died (OOM, segfault, node loss)
+                record = failed_records(options["experiment"], config, err)
+            bar.update(1)
+            yield config, record
+    finally:
+        bar.close()
+        for ref in pending:  # the caller stopped early: do not leave work running
+            ray.cancel(ref, force=True)

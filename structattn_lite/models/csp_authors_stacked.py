@@ -1,0 +1,348 @@
+"""The authors' CSP (models/csp_authors.py) with S seeds stacked: one module, batched matmuls.
+
+Every tensor of ``AuthorsCSP``'s state dict is held here with a leading seed axis S, under
+its own name ("layers.0.B_proj.weight" as ``layers__0__B_proj__weight``), so
+``stack_authors`` copies S reference models in and ``unstack_authors`` copies seed s out.
+Trainable tensors are parameters; the frozen embedding table (778a15c) and the inert head
+and input-rotation projection (which the reference never calls, so they get no gradient)
+are buffers, so an optimizer over ``parameters()`` moves exactly what the reference's does.
+
+It computes what ``AuthorsCSP`` computes (the tests check outputs and gradients); the form:
+- activations are time-major [S, T, B, 2, H] (real and imaginary halves);
+- B_proj is applied before the rotation, not after: with one angle per step, rotating
+  and a real linear map commute, B(e^{i phi} x) = e^{i phi} (B x) (its bias added after),
+  so B_proj, theta_proj and (where they read the input) delta/gamma_proj run as matmuls
+  over all steps at once, and in the first block over the V token rows only;
+- delta_proj(h_{t-1} + x_t) = w.h_{t-1} + delta_proj(x_t): only w.h_{t-1} is left in the
+  loop over time, which a state-dependent decay needs (``_StateRecurrence``, a
+  hand-written backward); exp(-softplus(u)) is computed as sigmoid(-u).
+Tokens [S, B, T] (or [B, T], shared) in, logits [S, B, T, C] out, [S, B, C] with ``last``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig
+from structattn_lite.models.csp_stacked import _TokenRows
+
+
+class _StateRecurrence(torch.autograd.Function):
+    """h_t = a_t h_{t-1} + drive_t, a_t = sigmoid(-(w . h_{t-1} + c_t)), h_{-1} = 0.
+
+    drive [S, T, B, F], c [S, T, B, 1], w [S, F, 1] (None: a_t = sigmoid(-c_t), a decay
+    that does not read the state) -> h [S, T, B, F].
+    """
+
+    @staticmethod
+    def forward(ctx, drive, c, w):
+        h = drive.clone()
+        alpha = torch.sigmoid(c.neg())  # the state's share is added step by step below
+        h_t, a_t = h.unbind(1), alpha.unbind(1)
+        if w is not None:  # sigmoid(-(w.h + c)) = sigmoid((-w).h + (-c)): negation is exact
+            neg_c, neg_w = c.neg().unbind(1), w.neg()
+        for t in range(1, len(h_t)):
+            if w is not None:
+                torch.sigmoid(torch.baddbmm(neg_c[t], h_t[t - 1], neg_w), out=a_t[t])
+            h_t[t].addcmul_(a_t[t], h_t[t - 1])
+        ctx.save_for_backward(h, alpha, w)
+        return h
+
+    @staticmethod
+    def backward(ctx, g):
+        h, alpha, w = ctx.saved_tensors
+        g_drive = g.clone()
+        g_c = torch.zeros_like(alpha)
+        slope = alpha * (alpha - 1)  # d sigmoid(-u)/du = -a (1 - a)
+        gd_t, gc_t, a_t, h_t, s_t = (t.unbind(1) for t in (g_drive, g_c, alpha, h, slope))
+        w_row = None if w is None else w.transpose(1, 2)  # [S, 1, F]
+        for t in range(len(gd_t) - 1, 0, -1):
+            # h_t = a_t h_{t-1} + drive_t: the gradient reaching h_t is g_drive_t
+            g_a = torch.linalg.vecdot(gd_t[t], h_t[t - 1]).unsqueeze(-1)
+            torch.mul(g_a, s_t[t], out=gc_t[t])
+            gd_t[t - 1].addcmul_(a_t[t], gd_t[t])
+            if w is not None:  # through u_t = w . h_{t-1} + c_t
+                gd_t[t - 1].addcmul_(gc_t[t], w_row)
+        g_w = None
+        if w is not None:  # sum over steps and batch of h_{t-1} g_u_t
+            hs = h[:, :-1].reshape(h.shape[0], -1, h.shape[-1])
+            g_w = torch.bmm(hs.transpose(1, 2), g_c[:, 1:].reshape(h.shape[0], -1, 1))
+        return g_drive, g_c, g_w
+
+
+class _RotateDrive(torch.autograd.Function):
+    """b = e^{i phi} wx + bias (the bias on both halves), drive = gamma b.
+
+    wx [S, T, B, 2, H]; cos, sin, gamma [S, T, B, 1]; bias [S, H] or None -> b, drive
+    (both [S, T, B, 2, H]).
+    """
+
+    @staticmethod
+    def forward(ctx, wx, cos, sin, bias, gamma):
+        wr, wi = wx[..., 0, :], wx[..., 1, :]
+        b = torch.empty_like(wx)
+        torch.mul(wr, cos, out=b[..., 0, :]).addcmul_(wi, sin, value=-1.0)
+        torch.mul(wr, sin, out=b[..., 1, :]).addcmul_(wi, cos)
+        if bias is not None:
+            b.add_(bias[:, None, None, None, :])
+        ctx.save_for_backward(wx, cos, sin, b, gamma)
+        ctx.has_bias = bias is not None
+        return b, b * gamma.unsqueeze(-1)
+
+    @staticmethod
+    def backward(ctx, g_b, g_drive):
+        wx, cos, sin, b, gamma = ctx.saved_tensors
+        g_gamma = (g_drive * b).sum((-2, -1)).unsqueeze(-1)
+        g = g_drive * gamma.unsqueeze(-1)
+        if g_b is not None:
+            g.add_(g_b)
+        gr, gi, wr, wi = g[..., 0, :], g[..., 1, :], wx[..., 0, :], wx[..., 1, :]
+        g_wx = torch.empty_like(g)
+        torch.mul(gr, cos, out=g_wx[..., 0, :]).addcmul_(gi, sin)
+        torch.mul(gi, cos, out=g_wx[..., 1, :]).addcmul_(gr, sin, value=-1.0)
+        g_cos = torch.addcmul(gr * wr, gi, wi).sum(-1, keepdim=True)
+        g_sin = torch.addcmul(gi * wr, gr, wi, value=-1.0).sum(-1, keepdim=True)
+        g_bias = g.sum((1, 2, 3)) if ctx.has_bias else None
+        return g_wx, g_cos, g_sin, g_bias, g_gamma
+
+
+class _SkipNorm(torch.autograd.Function):
+    """out = s / sqrt(|s|^2 + 1e-8) per component, s = sigmoid(g) x + SiLU(h); [S, T, B, 2, H]."""
+
+    @staticmethod
+    def forward(ctx, x, h, skip_logit):
+        sg = torch.sigmoid(skip_logit)[:, None, None, None, :]
+        s = torch.addcmul(F.silu(h), x, sg)
+        n2 = torch.addcmul(s[..., 0, :] * s[..., 0, :], s[..., 1, :], s[..., 1, :]).add_(1e-8)
+        length = n2.sqrt().unsqueeze(-2)
+        ctx.save_for_backward(x, h, sg, s, n2, length)
+        return s / length
+
+    @staticmethod
+    def backward(ctx, g):
+        x, h, sg, s, n2, length = ctx.saved_tensors
+        p = torch.addcmul(g[..., 0, :] * s[..., 0, :], g[..., 1, :], s[..., 1, :])
+        g_s = torch.addcmul(g, s, (p / n2).unsqueeze(-2), value=-1.0).div_(length)
+        g_sg = (g_s * x).sum((1, 2, 3))
+        sg1 = sg[:, 0, 0, 0]
+        return g_s * sg, torch.ops.aten.silu_backward(g_s, h), g_sg * sg1 * (1 - sg1)
+
+
+class _Phase(torch.autograd.Function):
+    """[cos psi | sin psi], psi = atan2(Im, Re + eps) per component: [..., 2, H] -> same.
+
+    cos psi = (Re + eps) / r and sin psi = Im / r, r = hypot(Re + eps, Im) (1 and 0 at r = 0,
+    as atan2(0, 0) = 0), without the three transcendental functions.
+    """
+
+    @staticmethod
+    def forward(ctx, x, eps: float):
+        xe, y = x[..., 0, :] + eps, x[..., 1, :]
+        r = torch.hypot(xe, y)
+        safe = torch.where(r > 0, r, 1.0)
+        out = torch.empty_like(x)
+        out[..., 0, :] = torch.where(r > 0, xe / safe, 1.0)
+        torch.div(y, safe, out=out[..., 1, :])
+        ctx.save_for_backward(xe, y, safe)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        xe, y, r = ctx.saved_tensors
+        k = torch.addcmul(g[..., 0, :] * y, g[..., 1, :], xe, value=-1.0).div_(r * r * r)
+        return torch.stack([y * k, -xe * k], -2), None
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "__")
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """x [S, N, in] @ weight [S, out, in]^T (+ bias [S, out]) -> [S, N, out]."""
+    if bias is None:
+        return torch.bmm(x, weight.transpose(1, 2))
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+
+class StackedAuthorsCSP(nn.Module):
+    """S ``AuthorsCSP`` models of one config as one module; see the module docstring."""
+
+    def __init__(self, cfg: AuthorsCSPConfig, n_seeds: int = 1, init: bool = True):
+        super().__init__()
+        if not isinstance(cfg, AuthorsCSPConfig):
+            raise ValueError(f"cfg must be an AuthorsCSPConfig, got {type(cfg).__name__}")
+        if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
+            raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
+        self.cfg, self.n_seeds, self.traits = cfg, n_seeds, cfg.traits
+        with torch.device("meta"):
+            template = AuthorsCSP(cfg)
+        trainable = {n for n, p in template.named_parameters() if p.requires_grad}
+        inert = {"head.weight", "head.bias", "theta_proj.weight", "theta_proj.bias"}
+        self.names = list(template.state_dict())
+        for name, value in template.state_dict().items():
+            tensor = torch.empty(n_seeds, *value.shape, device="cpu")
+            if name in trainable and name not in inert:
+                self.register_parameter(_key(name), nn.Parameter(tensor))
+            else:
+                self.register_buffer(_key(name), tensor)
+        if init:  # S fresh reference initialisations, one after another
+            with torch.no_grad():
+                for i in range(n_seeds):
+                    _copy_in(self, i, AuthorsCSP(cfg))
+
+    def w(self, name: str) -> torch.Tensor:
+        return getattr(self, _key(name))
+
+    def _inputs(self) -> torch.Tensor:
+        """The first block's input for each token value: [S, V, 2, H] (imaginary part 0)."""
+        s, v, kind = self.n_seeds, self.cfg.vocab_size, self.traits.embedding
+        if kind == "scalar_tanh":  # the token fed as a number
+            values = torch.arange(
+                v, dtype=self.w("encoder.weight").dtype, device=self.w("encoder.weight").device
+            )
+            x = torch.tanh(
+                values[None, :, None] * self.w("encoder.weight")[:, None, :, 0]
+                + self.w("encoder.bias")[:, None]
+            )
+        else:
+            x = _linear(
+                self.w("embed.weight"), self.w("embed_proj.weight"), self.w("embed_proj.bias")
+            )
+            x = x if kind == "frozen_table" else torch.tanh(x)
+        return torch.stack([x, torch.zeros_like(x)], 2).view(s, v, 2, -1)
+
+    def _angles(self, c: torch.Tensor) -> torch.Tensor:
+        """phi of every step before any running sum, from theta_proj's output c [..., 1 | 2]."""
+        kind = self.traits.angle
+        if kind in ("step_tanh", "cumulative_tanh"):
+            return math.pi * torch.tanh(c)
+        if kind == "cumulative_atan2_tanh":
+            c = torch.tanh(c)
+            c = c / torch.sqrt(c.square().sum(-1, keepdim=True) + 1e-8).detach()
+        x, y = c[..., :1], c[..., 1:]
+        return torch.atan2(y, x + torch.sign(x) * 1e-9)
+
+    def _projections(self, i: int, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Everything block i reads from its input rows x [S, N, 2, H] alone (no state)."""
+        p, s = f"layers.{i}.", x.shape[0]
+        flat = x.reshape(s, -1, x.shape[-1] * 2)
+        out = {
+            "c": _linear(
+                flat,
+                self.w(p + "theta_proj.weight"),
+                getattr(self, _key(p + "theta_proj.bias"), None),
+            ),
+            "wx": _linear(x.reshape(s, -1, x.shape[-1]), self.w(p + "B_proj.weight")).view(x.shape),
+        }
+        if self.traits.gates_read == "state":
+            gates = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
+            bias = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
+            out["gates"] = _linear(flat, gates, bias)  # [.., 2]: delta_proj(x), gamma_proj(x)
+        return out
+
+    def _block(self, i: int, x: torch.Tensor, proj: dict, last: bool) -> torch.Tensor:
+        """Block i on x [S, T, B, 2, H] given its input projections (each [S, T, B, ...])."""
+        p, traits = f"layers.{i}.", self.traits
+        s, steps, batch, _, hidden = x.shape
+        phi = self._angles(proj["c"])
+        if traits.angle != "step_tanh":
+            phi = phi.cumsum(1)
+        cos, sin = phi.cos(), phi.sin()  # [S, T, B, 1]
+        bias = getattr(self, _key(p + "B_proj.bias"), None)
+        if traits.gates_read == "drive":  # both gates read the drive; the decay no state
+            b = _RotateDrive.apply(proj["wx"], cos, sin, bias, torch.ones_like(cos))[0]
+            gates = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
+            bias = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
+            pre = _linear(b.view(s, -1, 2 * hidden), gates, bias).view(s, steps, batch, 2)
+            drive = b * ((1 + torch.sin(pre[..., 1:])) / 2).unsqueeze(-1)
+            w = None
+        else:
+            pre = proj["gates"]
+            gamma = (1 + torch.sin(pre[..., 1:])) / 2
+            drive = _RotateDrive.apply(proj["wx"], cos, sin, bias, gamma)[1]
+            w = self.w(p + "delta_proj.weight").transpose(1, 2)  # [S, 2H, 1]
+        flat = drive.view(s, steps, batch, 2 * hidden)
+        h = _StateRecurrence.apply(flat, pre[..., :1].contiguous(), w).view(drive.shape)
+        if last:
+            h, x = h[:, -1:], x[:, -1:]
+        return _SkipNorm.apply(x, h, self.w(p + "skip_gate"))
+
+    def forward(self, tokens: torch.Tensor, last: bool = False) -> torch.Tensor:
+        s, v = self.n_seeds, self.cfg.vocab_size
+        if tokens.dim() == 2:
+            tokens = tokens.expand(s, *tokens.shape)
+        if tokens.dim() != 3 or tokens.shape[0] != s or tokens.dtype.is_floating_point:
+            raise ValueError(
+                f"tokens must be integer [S={s}, B, T] or [B, T], got {tokens.dtype} "
+                f"of shape {tuple(tokens.shape)}"
+            )
+        _, batch, steps = tokens.shape
+        rows = tokens.transpose(1, 2) + torch.arange(s, device=tokens.device)[:, None, None] * v
+        table = self._inputs()  # block 0: its projections on the V token rows, then gathered
+
+        def gather(t):
+            return _TokenRows.apply(t.reshape(s, v, -1), rows).view(s, steps, batch, *t.shape[2:])
+
+        x = gather(table)
+        proj = {k: gather(t) for k, t in self._projections(0, table).items()}
+        n_layers = self.cfg.n_layers
+        for i in range(n_layers):
+            if i:
+                proj = {
+                    k: t.view(s, steps, batch, *t.shape[2:])
+                    for k, t in self._projections(i, x.reshape(s, -1, *x.shape[-2:])).items()
+                }
+            x = self._block(i, x, proj, last and i == n_layers - 1)
+        features = _Phase.apply(x, self.traits.decoder_eps)  # [cos psi | sin psi]
+        logits = _linear(
+            features.reshape(s, -1, 2 * features.shape[-1]),
+            self.w("decoder.weight"),
+            self.w("decoder.bias"),
+        )
+        logits = logits.view(s, -1, batch, self.cfg.n_classes).transpose(1, 2)
+        return logits[:, :, -1] if last else logits
+
+    @torch.no_grad()
+    def predict(self, tokens: torch.Tensor, chunk: int = 512, last: bool = False) -> torch.Tensor:
+        """Class predictions [S, N, T] ([S, N] with ``last``) for tokens [S, N, T]."""
+        out = [
+            self(tokens[:, i : i + chunk], last=last).argmax(-1)
+            for i in range(0, tokens.shape[1], chunk)
+        ]
+        return torch.cat(out, 1)
+
+
+def _copy_in(stacked: StackedAuthorsCSP, i: int, model: AuthorsCSP) -> None:
+    for name, value in model.state_dict().items():
+        stacked.w(name)[i].copy_(value)
+
+
+def stack_authors(models: list[AuthorsCSP]) -> StackedAuthorsCSP:
+    """One stacked model holding copies of ``models`` (one config) as seeds 0..S-1."""
+    if not models or any(not isinstance(m, AuthorsCSP) for m in models):
+        raise ValueError("stack_authors needs a non-empty list of models.csp_authors.AuthorsCSP")
+    cfg = models[0].cfg
+    if any(m.cfg != cfg for m in models):
+        raise ValueError("stack_authors needs models of one config (they differ in their cfg)")
+    p = next(iter(models[0].state_dict().values()))
+    stacked = StackedAuthorsCSP(cfg, len(models), init=False).to(device=p.device, dtype=p.dtype)
+    with torch.no_grad():
+        for i, m in enumerate(models):
+            _copy_in(stacked, i, m)
+    return stacked
+
+
+def unstack_authors(stacked: StackedAuthorsCSP, i: int) -> AuthorsCSP:
+    """Seed ``i`` of a stacked model as a reference ``AuthorsCSP`` (a copy)."""
+    if not 0 <= i < stacked.n_seeds:
+        raise ValueError(f"seed index must be in [0, {stacked.n_seeds}), got {i}")
+    p = stacked.w(stacked.names[0])
+    with torch.device("meta"):
+        model = AuthorsCSP(stacked.cfg)
+    model = model.to_empty(device=p.device).to(p.dtype)
+    model.load_state_dict({name: stacked.w(name)[i].detach().clone() for name in stacked.names})
+    return model

@@ -1,0 +1,117 @@
+"""Checkpoints that let a killed run resume and end exactly as an uninterrupted one.
+
+A checkpoint holds the model, optimizer and scheduler state, the trainer's epoch
+counter, history and per-step gradient norms, and every random state the next epochs
+draw from: torch's global CPU (and CUDA) generators and the data order generator. It is
+written atomically (a temp file in the same folder, then ``os.replace``), so a kill
+mid-write leaves the previous checkpoint intact.
+
+Where a run checkpoints is set either on the Trainer (``checkpoint_path=``) or, for a
+study's ``run(config)`` that builds its own Trainer, by the caller around it::
+
+    with checkpointing(store_dir / f"{key}.ckpt", every=5):
+        record = study.run(config)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from structattn_lite.config import check_int
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    path: Path
+    every: int  # epochs between checkpoints
+
+
+_ACTIVE: contextvars.ContextVar[CheckpointPlan | None] = contextvars.ContextVar(
+    "structattn_checkpoint", default=None
+)
+
+
+@contextlib.contextmanager
+def checkpointing(path: str | os.PathLike | None, every: int = 1):
+    """Make the Trainers built inside this block checkpoint to ``path`` every ``every`` epochs.
+
+    ``path=None`` or ``every=0`` turns checkpointing off. Meant for one Trainer per run.
+    """
+    check_int("every", every, minimum=0)
+    plan = CheckpointPlan(Path(path), every) if path is not None and every > 0 else None
+    token = _ACTIVE.set(plan)
+    try:
+        yield plan
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_plan() -> CheckpointPlan | None:
+    """The plan set by the innermost :func:`checkpointing` block, if any."""
+    return _ACTIVE.get()
+
+
+# --- random state ----------------------------------------------------------------------
+
+
+def rng_state(generator: torch.Generator) -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "data": generator.get_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["data"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- files ----------------------------------------------------------------------------
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
+    """``torch.save`` to a temp file beside ``path``, then atomically replace it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu") -> dict | None:
+    """The checkpoint at ``path`` (tensors mapped to ``device``), or None when there is none.
+
+    RNG states are byte tensors that must stay on the CPU, so they are mapped back.
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    state = torch.load(path, map_location=device, weights_only=True)
+    state["rng"] = {
+        k: ([t.cpu() for t in v] if isinstance(v, list) else v.cpu())
+        for k, v in state["rng"].items()
+    }
+    return state
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars as Python numbers, so a history loads with ``weights_only=True``."""
+    return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value

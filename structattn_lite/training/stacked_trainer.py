@@ -1,0 +1,246 @@
+"""A trainer for stacked models: S seeds in one module, each trained as ``Trainer`` would.
+
+A stacked model holds every parameter with a leading seed axis S. ``StackedTrainer`` gives
+each seed ``Trainer.fit``'s semantics: its own batch order (one ``torch.Generator`` per
+seed), Adam state and learning rate, lr schedule, gradient-norm clipping, NaN/Inf guard
+(a diverged seed stops updating and is reported, the others go on) and stop rule, and
+history rows with ``Trainer``'s keys. The loss is the *sum* of the per-seed mean losses,
+so seed s's parameters get exactly seed s's gradient; Adam is elementwise, so one Adam
+over the stacked tensors is S Adams, given one learning rate per seed (``StackedAdam``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from structattn_lite.training.trainer import OptimConfig, TrainResult
+
+# --- per-seed losses, gradient norms and Adam ------------------------------------------
+
+IGNORE_INDEX = -100
+
+
+def _labelled_mean(per: torch.Tensor, labelled: torch.Tensor) -> torch.Tensor:
+    """Per-seed mean over labelled positions of per [S, M]; 0 for a seed with none."""
+    count = labelled.sum(1)
+    total = (per * labelled).sum(1)
+    return torch.where(count > 0, total / count.clamp_min(1), total * 0.0)
+
+
+def _focal_class(logits, target, gamma=2.0, alpha=0.25):
+    from torchvision.ops import sigmoid_focal_loss
+
+    margin = logits[..., 1] - logits[..., 0]
+    per = sigmoid_focal_loss(
+        margin, (target == 1).to(margin.dtype), alpha=alpha, gamma=gamma, reduction="none"
+    )
+    return _labelled_mean(per, target != IGNORE_INDEX)
+
+
+def _ce(logits, target):
+    flat = logits.reshape(-1, logits.shape[-1])
+    ce = F.cross_entropy(flat, target.reshape(-1), reduction="none", ignore_index=IGNORE_INDEX)
+    return ce.view(target.shape)
+
+
+def _focal_constant(logits, target, gamma=2.0, alpha=0.25):
+    ce = _ce(logits, target)
+    return _labelled_mean(alpha * (1 - torch.exp(-ce)) ** gamma * ce, target != IGNORE_INDEX)
+
+
+_VECTORISED = {  # name -> (per-seed loss on [S, M, C] / [S, M], classes it needs or None)
+    "focal": (_focal_class, 2),
+    "focal_constant": (_focal_constant, None),
+    "ce": (lambda lg, y: _labelled_mean(_ce(lg, y), y != IGNORE_INDEX), None),
+    "ce_all_positions": (lambda lg, y: _ce(lg, y).mean(1), None),
+}
+
+
+def per_seed_loss(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``losses.get_loss(name)`` applied to each seed: logits [S, ..., C], y [S, ...] -> [S].
+
+    Known losses are computed for all seeds at once; any other loops over the seeds.
+    """
+    from structattn_lite.training.losses import get_loss
+
+    single = get_loss(name)  # also validates the name
+    vectorised, classes = _VECTORISED.get(name, (None, None))
+
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        n_seeds = logits.shape[0]
+        if vectorised is None or (classes is not None and logits.shape[-1] != classes):
+            return torch.stack([single(logits[s], target[s]) for s in range(n_seeds)])
+        return vectorised(
+            logits.reshape(n_seeds, -1, logits.shape[-1]), target.reshape(n_seeds, -1)
+        )
+
+    return loss
+
+
+def per_seed_grad_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """clip_grad_norm_'s total 2-norm, once per seed (leading axis): [S]."""
+    norms = [torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads]
+    return torch.linalg.vector_norm(torch.stack(norms), dim=0)
+
+
+def _per_seed(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return x.view(-1, *([1] * (like.dim() - 1)))
+
+
+class StackedAdam:
+    """torch.optim.Adam (its single-tensor update, to rounding) with one lr per seed.
+
+    ``step(grads, update)`` moves only the seeds where ``update`` is True; the others keep
+    their parameters (a seed that stopped or diverged stays as it was).
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], lr: float, n_seeds: int, weight_decay=0.0):
+        self.params, self.weight_decay = list(params), weight_decay
+        device = self.params[0].device
+        self.lr = torch.full((n_seeds,), float(lr), dtype=torch.float64, device=device)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(
+        self, grads: Sequence[torch.Tensor], update: torch.Tensor, betas=(0.9, 0.999), eps=1e-8
+    ):
+        if not bool(update.any()):
+            return
+        b1, b2 = betas
+        params = self.params
+        if not bool(update.all()):  # frozen seeds: zero gradient (no NaN) and zero step
+            grads = [torch.where(_per_seed(update, g), g, 0.0) for g in grads]
+        if self.weight_decay:
+            grads = torch._foreach_add(list(grads), params, alpha=self.weight_decay)
+        self.steps += 1
+        bias1, bias2_sqrt = 1 - b1**self.steps, (1 - b2**self.steps) ** 0.5
+        step_size = (torch.where(update, self.lr, 0.0) / bias1).to(params[0].dtype)
+        torch._foreach_lerp_(self.exp_avg, list(grads), 1 - b1)
+        torch._foreach_mul_(self.exp_avg_sq, b2)
+        torch._foreach_addcmul_(self.exp_avg_sq, list(grads), list(grads), 1 - b2)
+        denom = torch._foreach_sqrt(self.exp_avg_sq)
+        torch._foreach_div_(denom, bias2_sqrt)
+        torch._foreach_add_(denom, eps)
+        delta = torch._foreach_div(self.exp_avg, denom)
+        torch._foreach_mul_(delta, [_per_seed(step_size, p) for p in params])
+        torch._foreach_sub_(params, delta)
+
+
+# --- the trainer -----------------------------------------------------------------------
+
+
+def _scheduler(optim: OptimConfig, epochs: int):
+    """One seed's lr schedule: the Trainer's own, on a dummy optimizer whose lr we read."""
+    from structattn_lite.training.trainer import make_scheduler
+
+    dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=optim.lr)
+    scheduler = make_scheduler(dummy, optim, epochs)
+    dummy.step()  # a no-op (no gradient) that tells the scheduler the optimizer steps
+    return dummy, scheduler
+
+
+class StackedTrainer:
+    """``Trainer`` for a stacked model: S seeds, each with ``Trainer.fit``'s semantics.
+
+    ``loss_fn(model, x, y)`` returns the per-seed losses [S]; ``batches(generators)``
+    yields an epoch's stacked batches (x [S, B, ...], y [S, B, ...]) from one generator per
+    seed; ``evaluate(model)`` returns one metrics dict per seed. ``fit`` returns one
+    ``TrainResult`` per seed, with the rows and per-step gradient norms ``Trainer`` logs.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable, optim: OptimConfig | None = None):
+        self.model, self.loss_fn = model, loss_fn
+        self.optim = optim or OptimConfig()
+        self.n_seeds = model.n_seeds
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.adam = StackedAdam(
+            self.params, self.optim.lr, self.n_seeds, weight_decay=self.optim.weight_decay
+        )
+        self.active = torch.ones(self.n_seeds, dtype=torch.bool)
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[list[float], list[float]]:
+        self.model.train()
+        losses = self.loss_fn(self.model, x, y)
+        for p in self.params:
+            p.grad = None
+        losses.sum().backward()
+        grads = [p.grad for p in self.params]
+        norms = per_seed_grad_norm(grads)
+        max_norm = self.optim.clip if self.optim.clip is not None else math.inf
+        coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_(grads, [_per_seed(coef, g) for g in grads])
+        stats = torch.stack([losses.detach().double(), norms.detach().double()]).cpu()
+        finite = stats.isfinite().all(0)
+        self.adam.step(grads, (self.active & finite).to(norms.device))
+        loss_values, norm_values = stats.tolist()
+        return loss_values, norm_values
+
+    def fit(
+        self,
+        epochs: int,
+        batches: Callable[[list[torch.Generator]], Iterable[tuple[torch.Tensor, torch.Tensor]]],
+        evaluate: Callable[[nn.Module], list[dict[str, float]]],
+        generators: list[torch.Generator],
+        stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
+    ) -> list[TrainResult]:
+        k = self.n_seeds
+        schedules = [_scheduler(self.optim, epochs) for _ in range(k)]
+        rows: list[list[dict]] = [[] for _ in range(k)]
+        step_norms: list[list[float]] = [[] for _ in range(k)]
+        status, reason = ["ok"] * k, [None] * k
+        for epoch in range(1, epochs + 1):
+            losses: list[list[float]] = [[] for _ in range(k)]
+            norms: list[list[float]] = [[] for _ in range(k)]
+            for x, y in batches(generators):
+                was_active = self.active.tolist()
+                loss, norm = self.train_step(x, y)
+                for i in (i for i in range(k) if was_active[i]):
+                    losses[i].append(loss[i])
+                    norms[i].append(norm[i])
+                    step_norms[i].append(norm[i])
+                    if not (math.isfinite(loss[i]) and math.isfinite(norm[i])):
+                        what = "loss" if not math.isfinite(loss[i]) else "gradient norm"
+                        status[i] = "diverged"
+                        reason[i] = f"non-finite {what} at epoch {epoch}, step {len(step_norms[i])}"
+                        self.active[i] = False
+                if not self.active.any():
+                    break
+            if not self.active.any():
+                break
+            metrics = evaluate(self.model)
+            for i in (i for i in range(k) if self.active[i]):
+                dummy, scheduler = schedules[i]
+                train_loss = sum(losses[i]) / len(losses[i])
+                rows[i].append(
+                    {
+                        "epoch": epoch,
+                        "train_loss": train_loss,
+                        "grad_norm_mean": sum(norms[i]) / len(norms[i]),
+                        "grad_norm_max": max(norms[i]),
+                        "lr": dummy.param_groups[0]["lr"],
+                        **metrics[i],
+                    }
+                )
+                if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                    scheduler.step(train_loss)
+                elif scheduler is not None:
+                    scheduler.step()
+                self.adam.lr[i] = dummy.param_groups[0]["lr"]
+                if stop_when is not None and stop_when(rows[i]):
+                    status[i], reason[i] = "early_stop", f"stop rule met at epoch {epoch}"
+                    self.active[i] = False
+            if not self.active.any():
+                break
+        return [
+            TrainResult(pd.DataFrame(rows[i]), step_norms[i], status[i], reason[i])
+            for i in range(k)
+        ]
