@@ -8,7 +8,7 @@ PROFILE ?= quick
 # Penn Treebank lives outside the repo; use the shared copy when it is there.
 export STRUCTATTN_DATA ?= $(if $(wildcard ../shared/data/ptb),$(abspath ../shared/data),)
 
-.PHONY: study test lint format clean-runs
+.PHONY: study test lab dashboard lint format clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,17 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 study: $(VENV)/.installed
 	$(BIN)/structattn study --profile $(PROFILE)
+
+# JupyterLab on the project's venv, with STRUCTATTN_DATA set as for `make study`, so a
+# notebook opened by hand reads the same data. --allow-root: machines here run as root.
+lab: $(VENV)/.installed
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+
+# The teaching app: the dashboards in dashboards/ served by Voila without code cells, from
+# the committed records only (works offline). Open http://127.0.0.1:$(DASHBOARD_PORT)/
+DASHBOARD_PORT ?= 8866
+dashboard: $(VENV)/.installed
+	$(BIN)/voila dashboards --no-browser --Voila.ip=127.0.0.1 --port=$(DASHBOARD_PORT) --strip_sources=True
 
 test: $(VENV)/.installed
 	$(BIN)/ruff check structattn_lite tests benchmarks

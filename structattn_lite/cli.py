@@ -1,50 +1,182 @@
 """Command line: ``structattn`` (also ``python -m structattn_lite``).
 
-structattn run csp --task parity --preset paper --profile quick
-structattn run attention --profile quick
-structattn data fetch ptb
-structattn study --profile quick      (executes the notebooks, as ``make study`` does)
+structattn run grokking --profile quick --seed 0           train (or reuse) one study's grid
+structattn run length --grid committed --executor ray      the same grid as Ray tasks
+structattn export ablations                                write data/results/ from records
+structattn data fetch ptb                                  download a dataset (online users)
+structattn findings --write                                README findings from data/results
+structattn study --profile quick                           execute the notebooks (make study)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from structattn_lite import __version__
-from structattn_lite.config import PROFILES
+from structattn_lite.config import GRIDS, PROFILES
+from structattn_lite.studies import STUDIES
 
 
-def _run_csp(args) -> int:
-    from structattn_lite.studies.grokking.experiment import grokking_grid, sweep
-    from structattn_lite.studies.grokking.report import summarize
+def _configs(args) -> list:
+    """The study's grid, narrowed by --task/--seed and with --epochs/--length overrides."""
+    from structattn_lite.studies import get_study
 
-    runs = [r for r in grokking_grid(args.profile) if args.task in (None, r.task)]
-    runs = [r for r in runs if args.preset in (None, r.preset)]
-    records = sweep(runs)
-    print(summarize(records).to_string(index=False))
+    study = get_study(args.study)
+    configs = study.grid(args.grid or args.profile)
+    if args.task:
+        configs = [c for c in configs if c.task in args.task]
+    if args.seed:
+        configs = [c for c in configs if c.seed in args.seed]
+    overrides = {"epochs": args.epochs, "length": args.length, "train_length": args.length}
+    out = []
+    for c in configs:
+        names = {f.name for f in dataclasses.fields(c)}
+        changes = {k: v for k, v in overrides.items() if v is not None and k in names}
+        out.append(dataclasses.replace(c, **changes))
+    if not out:
+        raise SystemExit(f"structattn: no run of study {args.study!r} matches those filters")
+    return out
+
+
+def _summary(records) -> str:
+    """One line per run: what varies across the grid, its status, its last logged metrics."""
+    import pandas as pd
+
+    configs = pd.json_normalize([r.config for r in records])
+    varying = [c for c in configs.columns if configs[c].astype(str).nunique() > 1]
+    rows = []
+    for (_, cfg), r in zip(configs[varying].iterrows(), records, strict=True):
+        last = r.history.iloc[-1].to_dict() if len(r.history) else {}
+        metrics = {k: round(v, 4) for k, v in last.items() if "acc" in k or "bpc" in k}
+        rows.append({**cfg.to_dict(), "status": r.status, "epochs": len(r.history), **metrics})
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+def _run(args) -> int:
+    from structattn_lite.runs import sweep
+
+    records = sweep(
+        args.study,
+        _configs(args),
+        only_cached=args.only_cached,
+        threads=args.threads,
+        seed_batching=args.seed_batching,
+        executor=args.executor,
+        address=args.address,
+        device=args.device,
+    )
+    print(_summary(records) if records else "no finished runs")
     return 0
 
 
-def _run_attention(args) -> int:
-    from structattn_lite.studies.attention.experiment import run_profile
+def _export(args) -> int:
+    from structattn_lite.runs import sweep
+    from structattn_lite.studies import get_study
 
-    print(run_profile(args.profile).to_string(index=False))
+    study = get_study(args.study)
+    records = sweep(
+        study,
+        study.grid(args.grid),
+        only_cached=args.only_cached,
+        threads=args.threads,
+        executor=args.executor,
+        address=args.address,
+        device=args.device,
+    )
+    finished = [r for r in records if r.status != "failed"]
+    if not finished:
+        print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
+        return 1
+    import inspect
+
+    grid_arg = {"grid": args.grid} if "grid" in inspect.signature(study.export).parameters else {}
+    for path in study.export(finished, **grid_arg):
+        print(f"{path}: {len(finished)} runs of grid {args.grid!r}")
     return 0
 
 
 def _fetch(args) -> int:
     from structattn_lite.data import fetch
 
-    print(fetch(args.dataset, root=args.root))
+    try:
+        print(fetch(args.dataset, root=args.root))
+    except OSError as err:  # no network (URLError is an OSError), or a refused download
+        files = {
+            "ptb": "ptb.char.train.txt, ptb.char.valid.txt and ptb.char.test.txt (Mikolov's "
+            "simple-examples release, data/ folder)",
+            "cifar10": "the cifar-10-batches-py/ folder of the CIFAR-10 python release",
+        }[args.dataset]
+        where = "<root>/ptb/" if args.dataset == "ptb" else "<root>/"
+        print(
+            f"structattn: could not download {args.dataset} ({err}). Without a network, copy "
+            f"{files} into {where}, where <root> is the --root argument, else the folder named "
+            "by the STRUCTATTN_DATA environment variable, else data/ in this checkout; for "
+            "example `export STRUCTATTN_DATA=/path/to/data` with the files in "
+            "/path/to/data/ptb/. Checksums are verified when the files are read.",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 
 def _study(args) -> int:
-    from structattn_lite.notebook_runner import run_notebooks
+    from structattn_lite.notebook_runner import notebooks, run_notebooks
 
-    run_notebooks(args.profile, only=args.only)
+    if args.only and not notebooks(args.only):
+        names = ", ".join(p.name for p in notebooks())
+        print(
+            f"structattn: --only {' '.join(args.only)} matches no notebook; the notebooks "
+            f"are: {names}",
+            file=sys.stderr,
+        )
+        return 2
+    run_notebooks(args.profile, only=args.only, device=args.device)
     return 0
+
+
+def _findings(args) -> int:
+    from structattn_lite import findings
+
+    if args.write:
+        findings.write_readme()
+        print("README.md findings rewritten from data/results")
+    else:
+        print(findings.render())
+    return 0
+
+
+def _execution_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda, cuda:N, or auto (CUDA when present); default cpu",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this process (default); ray: one Ray task per run",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --executor ray: the address of an existing Ray cluster "
+        "(default: start a local Ray instance)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op torch threads per training process (default 1: these "
+        "models are too small to gain from more)",
+    )
+    p.add_argument(
+        "--only-cached",
+        action="store_true",
+        help="train nothing; use only the runs already on disk",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,16 +184,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="train (or reload cached) runs of one experiment")
-    run_sub = run.add_subparsers(dest="experiment", required=True)
-    csp = run_sub.add_parser("csp", help="CSP on state-tracking tasks (grokking grid)")
-    csp.add_argument("--task", choices=("parity", "mod3", "dyck1"))
-    csp.add_argument("--preset", choices=("paper", "upstream"))
-    csp.add_argument("--profile", choices=PROFILES, default="quick")
-    csp.set_defaults(func=_run_csp)
-    att = run_sub.add_parser("attention", help="dot vs dense vs matroidal attention on char-PTB")
-    att.add_argument("--profile", choices=PROFILES, default="quick")
-    att.set_defaults(func=_run_attention)
+    run = sub.add_parser("run", help="train (or reuse cached) runs of one study's grid")
+    run.add_argument("study", choices=STUDIES, help="the study (one per notebook 02-05)")
+    run.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="quick",
+        help="smoke (seconds), quick (minutes, default) or paper (hours)",
+    )
+    run.add_argument(
+        "--grid",
+        default=None,
+        help=f"a grid by name instead of the profile's: {', '.join(GRIDS)}, or a study's "
+        "other committed grid (e.g. grokking: paper_era; length: authors); a committed "
+        "grid's results ship in data/results",
+    )
+    run.add_argument("--task", nargs="*", help="only these tasks (e.g. parity mod3)")
+    run.add_argument("--seed", nargs="*", type=int, help="only these seeds")
+    run.add_argument("--epochs", type=int, help="override every run's epoch count")
+    run.add_argument("--length", type=int, help="override the training length of every run")
+    run.add_argument(
+        "--seed-batching",
+        action="store_true",
+        help="train runs that differ only in their seed together",
+    )
+    _execution_options(run)
+    run.set_defaults(func=_run)
+
+    export = sub.add_parser("export", help="write a study's committed results to data/results")
+    export.add_argument("study", choices=STUDIES)
+    export.add_argument(
+        "--grid", default="committed", help="the committed grid to export (default: committed)"
+    )
+    _execution_options(export)
+    export.set_defaults(func=_export)
 
     data = sub.add_parser("data", help="datasets")
     data_sub = data.add_subparsers(dest="action", required=True)
@@ -70,9 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--root", default=None, help="default: $STRUCTATTN_DATA, then data/")
     fetch.set_defaults(func=_fetch)
 
+    found = sub.add_parser("findings", help="the README's findings, from data/results")
+    found.add_argument("--write", action="store_true", help="rewrite them in README.md")
+    found.set_defaults(func=_findings)
+
     study = sub.add_parser("study", help="execute the notebooks into reports/ (as make study)")
     study.add_argument("--profile", choices=PROFILES, default="quick")
     study.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 03")
+    study.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (default cpu)")
     study.set_defaults(func=_study)
     return parser
 

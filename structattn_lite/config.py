@@ -41,13 +41,23 @@ def check_number(
     return float(value)
 
 
-# --- profiles ----------------------------------------------------------------------
+# --- profiles and grids --------------------------------------------------------------
+#
+# A profile says how much a notebook or command runs: smoke (seconds, for tests), quick
+# (the whole study in about 20 minutes on a 2-core CPU), paper (the seeds' settings; a GPU
+# or a cluster). A grid is the list of runs a study makes for a profile; "committed" names
+# the grid whose records ship in data/results/ (the largest one run for the repository).
 
 PROFILES = ("smoke", "quick", "paper")
+GRIDS = (*PROFILES, "committed")
 
 
 def check_profile(profile: str) -> str:
     return check_choice("profile", profile, PROFILES)
+
+
+def check_grid(grid: str) -> str:
+    return check_choice("grid", grid, GRIDS)
 
 
 def pick(profile: str, table: dict[str, Any]) -> Any:
@@ -79,12 +89,38 @@ def runs_dir() -> Path:
     return Path(env) if env else repo_root() / "data" / "runs"
 
 
-def figures_dir() -> Path:
-    """Rendered figures: ``STRUCTATTN_FIGURES`` or ``figures/``."""
+def figures_dir(profile: str | None = None) -> Path:
+    """Rendered figures: ``STRUCTATTN_FIGURES``, else ``figures/`` (quick and paper) or
+    the scratch folder ``reports/smoke/`` (smoke), so smoke runs never touch committed output."""
     env = os.environ.get("STRUCTATTN_FIGURES")
-    return Path(env) if env else repo_root() / "figures"
+    if env:
+        return Path(env)
+    if profile is not None and check_profile(profile) == "smoke":
+        return repo_root() / "reports" / "smoke"
+    return repo_root() / "figures"
 
 
 def results_dir() -> Path:
     """Committed, compact results of the largest grids run (``data/results``)."""
     return repo_root() / "data" / "results"
+
+
+# --- devices -----------------------------------------------------------------------
+
+
+def resolve_device(device: str = "auto") -> str:
+    """ "auto" picks CUDA when present, else the CPU; "cpu", "cuda", "cuda:N" are checked."""
+    import torch
+
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a string such as 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind = device.split(":")[0]
+    check_choice("device", kind, ("cpu", "cuda", "meta"))
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} asked for, but torch sees no CUDA device here; "
+            "use device='cpu' or 'auto'"
+        )
+    return device

@@ -4,30 +4,200 @@ and the live training plot a notebook can hang on a sweep.
 
 from __future__ import annotations
 
+import textwrap
+import threading
 from pathlib import Path
 
 import ipywidgets as widgets
 import matplotlib
 import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+from cycler import cycler
 from IPython.display import display
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-from structattn_lite.config import figures_dir
+from structattn_lite.config import check_choice, figures_dir
 from structattn_lite.training.trainer import Callback
+
+# --- figure style: one look for every figure, drawn at the size it is printed ---------
+#
+# Widths of a two-column paper: a figure is drawn one column or the full text wide, so
+# its fonts are the sizes they print at. Colours: seaborn's colour-blind-safe palette;
+# line styles and markers vary with the colour, so coinciding lines stay distinguishable.
+ONE_COLUMN = 3.4  # inches
+TWO_COLUMN = 7.0  # inches
+PAGE_HEIGHT = 9.0  # inches of text on a page: no figure is taller
+PALETTE = sns.color_palette("colorblind")
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+STYLE = {
+    "axes.prop_cycle": cycler(color=PALETTE),
+    "image.cmap": "viridis",
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "figure.titlesize": 9,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 3.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "figure.dpi": 110,  # on screen; saved figures use SAVE_DPI
+}
+SAVE_DPI = 200
+
+
+def use_style() -> None:
+    """Apply ``STYLE`` to matplotlib (done when this module is imported)."""
+    matplotlib.rcParams.update(STYLE)
+
+
+def figure_size(columns: int = 2, height: float | None = None) -> tuple[float, float]:
+    """(width, height) in inches of a figure one or two columns wide; the height
+    defaults to 0.62 of the width."""
+    check_choice("columns", columns, (1, 2))
+    width = ONE_COLUMN if columns == 1 else TWO_COLUMN
+    return width, round(width * 0.62, 2) if height is None else height
+
+
+def line_style(k: int) -> dict:
+    """Colour, dash pattern and marker of the k-th line: no two of the first ten share all
+    three, so a line drawn over another stays visible."""
+    return {
+        "color": PALETTE[k % len(PALETTE)],
+        "ls": LINESTYLES[k % len(LINESTYLES)],
+        "marker": MARKERS[k % len(MARKERS)],
+    }
+
+
+use_style()
 
 # Fixed metadata so re-rendering the same figure gives the same bytes.
 _PNG_META = {"Software": None}
 _PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
 
 
-def save_figure(fig: matplotlib.figure.Figure, notebook: str, name: str) -> list[Path]:
-    """Write ``figures/<notebook>_<name>.png`` and ``.pdf``; returns both paths."""
-    out = figures_dir()
+def save_figure(
+    fig: matplotlib.figure.Figure,
+    notebook: str,
+    name: str,
+    profile: str | None = None,
+    corpus: str | None = None,
+) -> list[Path]:
+    """Write ``<notebook>_<name>.png`` and ``.pdf`` into ``figures/``; returns both paths.
+
+    A smoke-profile figure, or one drawn from a stand-in corpus (anything but ``"ptb"``),
+    goes to the scratch folder ``reports/smoke/`` instead and says so in its title, so
+    it can never pass for a committed figure.
+    """
+    scratch = profile == "smoke" or corpus not in (None, "ptb")
+    out = figures_dir("smoke" if scratch else profile)
+    if scratch:
+        fig.suptitle(
+            f"[scratch: profile {profile}, corpus {corpus or 'n/a'}]",
+            fontsize=7,
+            color="#b00",
+            y=1.02,
+        )
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{notebook}_{name}"
     png, pdf = stem.with_suffix(".png"), stem.with_suffix(".pdf")
-    fig.savefig(png, dpi=120, bbox_inches="tight", metadata=_PNG_META)
-    fig.savefig(pdf, bbox_inches="tight", metadata=_PDF_META)
+    # a small pad: the saved file stays within the column the figure was drawn for
+    fig.savefig(png, dpi=SAVE_DPI, bbox_inches="tight", pad_inches=0.02, metadata=_PNG_META)
+    fig.savefig(pdf, bbox_inches="tight", pad_inches=0.02, metadata=_PDF_META)
     return [png, pdf]
+
+
+def _verdict_color(value) -> str:
+    text = str(value)
+    if text.startswith("reproduced") or text == "supported":
+        return "background-color: #d9f2d9"
+    if text.startswith("not reproduced") or text == "contradicted":
+        return "background-color: #f8d7da"
+    if text.startswith("not supported"):
+        return "background-color: #fff3cd"
+    return ""
+
+
+def style(display: pd.DataFrame, caption: str = ""):
+    """A pandas Styler that colours the verdict cells."""
+    verdict_cols = [
+        c for c in display.columns if (c[-1] if isinstance(c, tuple) else c) == "verdict"
+    ]
+    return display.style.map(_verdict_color, subset=verdict_cols).set_caption(caption)
+
+
+def save_table(
+    display: pd.DataFrame, notebook: str, name: str, caption: str = "", profile: str | None = None
+) -> list[Path]:
+    """Write the table as HTML (styled) and PNG/PDF (a matplotlib table) where
+    ``save_figure`` writes (``figures/``, or the scratch folder for smoke)."""
+    out = figures_dir("smoke" if profile == "smoke" else None)
+    out.mkdir(parents=True, exist_ok=True)
+    html = out / f"{notebook}_{name}.html"
+    html.write_text(style(display, caption).set_uuid(f"{notebook}_{name}").to_html())  # stable ids
+    paths = save_figure(table_figure(display, caption), notebook, name, profile=profile)
+    return [html, *paths]
+
+
+def _cell_text(value, wrap: int = 16) -> str:
+    """A parenthetical on its own line ("0.50 ± 0.04\n(3 seeds)"); long lines wrapped."""
+    text = f"{value:.3f}" if isinstance(value, float) else str(value)
+    parts = text.replace(" (", "\n(").split("\n")
+    return "\n".join(
+        line for p in parts for line in (textwrap.wrap(p, wrap, break_long_words=False) or [p])
+    )
+
+
+def table_figure(
+    display: pd.DataFrame, caption: str = "", columns: int = 2, fontsize: float = 7.0
+) -> Figure:
+    """The table as a figure one or two columns wide, verdict cells coloured; the font
+    shrinks (to 4.5 pt at least) until the table fits the width and a page's height."""
+    flat = display.reset_index()
+    headers = [
+        "\n".join(str(p) for p in c if p) if isinstance(c, tuple) else str(c) for c in flat.columns
+    ]
+    text = [[_cell_text(v) for v in row] for row in flat.values]
+    lines = [max(s.count("\n") + 1 for s in row) for row in [headers, *text]]
+    width = figure_size(columns)[0]
+
+    def draw(size: float) -> tuple[Figure, float]:
+        line, pad = size * 1.4 / 72, 0.06 * size / 7  # inches per text line, per row
+        cap = textwrap.fill(caption, int(width * 72 / (size * 0.5))) if caption else ""
+        cap_h = (cap.count("\n") + 1) * line + 0.1 if cap else 0.0
+        body = sum(lines) * line + pad * len(lines)
+        fig = Figure(figsize=(width, body + cap_h + 0.15))
+        FigureCanvasAgg(fig)  # a renderer to measure the table with
+        ax = fig.add_axes((0, 0, 1, 1 - cap_h / fig.get_figheight()))
+        ax.axis("off")
+        tab = ax.table(cellText=text, colLabels=headers, cellLoc="center", loc="upper center")
+        tab.auto_set_font_size(False)
+        tab.set_fontsize(size)
+        tab.auto_set_column_width(list(range(len(headers))))
+        axes_h = fig.get_figheight() - cap_h
+        for (r, c), cell in tab.get_celld().items():
+            cell.set_height((lines[r] * line + pad) / axes_h)
+            cell.set_linewidth(0.4)
+            if r > 0:
+                color = _verdict_color(flat.iat[r - 1, c]).replace("background-color: ", "")
+                if color:
+                    cell.set_facecolor(color)
+        if cap:
+            fig.text(0.5, 1 - 0.05 / fig.get_figheight(), cap, ha="center", va="top", fontsize=size)
+        fig.canvas.draw()
+        too_tall = fig.get_figheight() / PAGE_HEIGHT
+        return fig, max(tab.get_window_extent().width / fig.bbox.width, too_tall)
+
+    fig, overflow = draw(fontsize)
+    if overflow > 1:
+        fig, _ = draw(max(4.5, fontsize / overflow * 0.98))
+    return fig
 
 
 class LivePlot(Callback):
@@ -58,3 +228,130 @@ class LivePlot(Callback):
             self.widget.clear_output(wait=True)
             display(fig)
         plt.close(fig)
+
+
+def mean_sd(values, digits: int = 2) -> str:
+    """ "mean ± sd (n seeds)" of the finite values; "-" when there are none."""
+    import numpy as np
+
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    v = v[np.isfinite(v)]
+    sd = v.std(ddof=1) if len(v) > 1 else float("nan")
+    return format_mean_sd(v.mean() if len(v) else float("nan"), sd, len(v), digits)
+
+
+def format_mean_sd(mean: float, sd: float, seeds: int, digits: int = 2) -> str:
+    """The one way a mean over seeds is written: "0.97 ± 0.02 (3 seeds)"."""
+    import math
+
+    if seeds == 0 or math.isnan(mean):
+        return "-"
+    if seeds == 1:
+        return f"{mean:.{digits}f} (1 seed)"
+    return f"{mean:.{digits}f} ± {sd:.{digits}f} ({seeds} seeds)"
+
+
+def grid_markdown(configs, title: str = "Grid") -> str:
+    """A Markdown description of a list of run configs, read from the configs themselves:
+    each setting with its one value, or the values it takes across the grid. Notebooks
+    print it in place of typed protocol prose, so a changed grid can never leave stale text.
+    """
+    import json
+
+    from structattn_lite.records import config_dict
+
+    flat = [pd_flatten(config_dict(c)) for c in configs]
+    if not flat:
+        return f"**{title}:** no runs."
+    keys = sorted({k for f in flat for k in f})
+    constant, varying = [], []
+    for k in keys:
+        values = sorted({json.dumps(f.get(k), sort_keys=True) for f in flat})
+        shown = ", ".join(v.strip('"') for v in values)
+        (constant if len(values) == 1 else varying).append(f"`{k}` = {shown}")
+    lines = [f"**{title}:** {len(configs)} runs."]
+    if varying:
+        lines.append("Varies across runs: " + "; ".join(varying) + ".")
+    lines.append("Same in every run: " + "; ".join(constant) + ".")
+    return "\n\n".join(lines)
+
+
+def pd_flatten(blob: dict, prefix: str = "") -> dict:
+    """``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}``; empty dicts are kept as ``{}``."""
+    out = {}
+    for k, v in blob.items():
+        if isinstance(v, dict) and v:
+            out.update(pd_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# JupyterLab 4.6 with ipykernel 7 handles some widget messages on a kernel subshell thread,
+# others on the main thread, and after each one the inline backend draws the pyplot
+# figures that changed. matplotlib is not thread-safe (its mathtext parser fails with a
+# ValueError), so a redraw holds this lock and, with interactive mode off, leaves no
+# figure for another thread's inline backend to draw.
+_DRAW_LOCK = threading.RLock()
+
+
+def browser(
+    sources: dict[str, object],
+    choices,
+    show,
+    extra: dict[str, list] | None = None,
+) -> widgets.Widget:
+    """The one run-browser skeleton every notebook uses.
+
+    ``sources`` maps a source name (this profile's runs, a committed grid) to its data;
+    ``choices(data)`` gives, for that data, each dropdown's name and its values;
+    ``show(data, **picked)`` draws the view for the picked values. ``extra`` adds
+    dropdowns that do not depend on the source (e.g. a metric). Every dropdown lists
+    its values in the same sorted order and is wide enough for its labels.
+    """
+
+    def dropdown(name, values):
+        values = sorted(dict.fromkeys(values), key=lambda v: (str(type(v)), v))
+        width = f"{max([len(name), *(len(str(v)) for v in values)]) + 12}ch"
+        return widgets.Dropdown(
+            options=values,
+            description=name,
+            layout=widgets.Layout(width=width),
+            style={"description_width": "initial"},
+        )
+
+    names = list(sources)  # sources keep the caller's order (the profile's runs first)
+    source = widgets.Dropdown(
+        options=names,
+        value=names[0],
+        description="source",
+        layout=widgets.Layout(width=f"{max(map(len, names)) + 14}ch"),
+        style={"description_width": "initial"},
+    )
+    first = choices(sources[source.value])
+    pickers = {name: dropdown(name, values) for name, values in first.items()}
+    fixed = {name: dropdown(name, values) for name, values in (extra or {}).items()}
+    out = widgets.Output()
+
+    def redraw(*_):
+        with _DRAW_LOCK, plt.ioff():
+            out.clear_output(wait=True)
+            with out:
+                picked = {n: w.value for n, w in {**pickers, **fixed}.items()}
+                show(sources[source.value], **picked)
+
+    def new_source(*_):
+        for name, values in choices(sources[source.value]).items():
+            w = pickers[name]
+            ordered = sorted(dict.fromkeys(values), key=lambda v: (str(type(v)), v))
+            keep = w.value if w.value in ordered else (ordered[0] if ordered else None)
+            with w.hold_trait_notifications():
+                w.options, w.value = ordered, keep
+        redraw()
+
+    source.observe(new_source, names="value")
+    for w in (*pickers.values(), *fixed.values()):
+        w.observe(redraw, names="value")
+    redraw()
+    controls = [source, *pickers.values(), *fixed.values()]
+    return widgets.VBox([widgets.HBox(controls, layout=widgets.Layout(flex_flow="row wrap")), out])

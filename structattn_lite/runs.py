@@ -1,212 +1,155 @@
-"""One record per run, keyed by a hash of its full config, written atomically.
+"""The one sweep every study goes through: reuse finished records, train the rest.
 
-A record carries the config, seed, package version, status and per-epoch history, so
-every number in a table can be traced to the run that made it. Sweeps resume: a record
-on disk is reused; a corrupt one is reported, set aside and recomputed, never used.
+``sweep(study, configs)`` looks each config up in the store, claims the missing ones
+with a lock, trains them here or as Ray tasks (``executors``), checkpoints long runs,
+and saves every record as it finishes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+import functools
 import json
-import os
-import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from structattn_lite.records import RunRecord, RunStore, config_dict, config_hash
 
-from structattn_lite import __version__
-from structattn_lite.config import runs_dir
-
-
-def config_dict(config: Any) -> dict[str, Any]:
-    """A plain, JSON-able dict of a (frozen dataclass) config."""
-    if dataclasses.is_dataclass(config):
-        return json.loads(json.dumps(dataclasses.asdict(config)))
-    return json.loads(json.dumps(dict(config)))
+# --- the one sweep -------------------------------------------------------------------
 
 
-def config_hash(experiment: str, config: Any) -> str:
-    """Stable 16-hex key of the experiment name and the full config."""
-    blob = json.dumps({"experiment": experiment, "config": config_dict(config)}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def _without_seed(config: Any) -> str:
+    blob = config_dict(config)
+    blob.pop("seed", None)
+    return json.dumps(blob, sort_keys=True)
 
 
-@dataclasses.dataclass
-class RunRecord:
-    """What one training run leaves behind."""
-
-    experiment: str
-    key: str
-    config: dict[str, Any]
-    history: pd.DataFrame  # one row per epoch
-    status: str = "ok"  # "ok", or "diverged" when the NaN/Inf guard stopped it
-    reason: str | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # per-step norms, evals
-    version: str = __version__
-
-    @property
-    def seed(self) -> int | None:
-        return self.config.get("seed")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "experiment": self.experiment,
-            "key": self.key,
-            "config": self.config,
-            "seed": self.seed,
-            "version": self.version,
-            "status": self.status,
-            "reason": self.reason,
-            "history": self.history.to_dict(orient="list"),
-            "extra": self.extra,
-        }
-
-    @classmethod
-    def from_training(
-        cls, experiment: str, config: Any, result: Any, history: pd.DataFrame | None = None, **extra
-    ) -> RunRecord:
-        """The record of a finished ``Trainer.fit`` (a ``TrainResult``) for ``config``."""
-        return cls(
-            experiment=experiment,
-            key=config_hash(experiment, config),
-            config=config_dict(config),
-            history=result.history if history is None else history,
-            status=result.status,
-            reason=result.reason,
-            extra=extra,
-        )
-
-    @classmethod
-    def from_json(cls, blob: dict[str, Any]) -> RunRecord:
-        return cls(
-            experiment=blob["experiment"],
-            key=blob["key"],
-            config=blob["config"],
-            history=pd.DataFrame(blob["history"]),
-            status=blob["status"],
-            reason=blob.get("reason"),
-            extra=blob.get("extra", {}),
-            version=blob["version"],
-        )
+def run_unit(
+    study: Any,
+    unit: Any,
+    device: str = "cpu",
+    progress: bool = False,
+    callbacks: Sequence[Any] = (),
+) -> RunRecord | list[RunRecord]:
+    """Train one work unit: a config, or a list of configs equal but for their seed."""
+    if isinstance(unit, list):
+        return list(study.run_seeds(unit, progress=progress, device=device))
+    return study.run(unit, progress=progress, callbacks=callbacks, device=device)
 
 
-class CorruptRecordWarning(UserWarning):
-    """A record on disk could not be read; it was moved aside and the run recomputed."""
+def checkpoint_path(root: Path, experiment: str, config: Any) -> Path:
+    """Where a run checkpoints while it trains: beside its future record."""
+    return root / experiment / f"{config_hash(experiment, config)}.ckpt"
 
 
-class RunStore:
-    """Records under ``<root>/<experiment>/<key>.json`` (root: ``STRUCTATTN_RUNS`` or data/runs)."""
+def sweep(
+    study: Any,
+    configs: Sequence[Any],
+    *,
+    only_cached: bool = False,
+    threads: int | None = 1,
+    seed_batching: bool = False,
+    executor: str = "local",
+    address: str | None = None,
+    device: str = "cpu",
+    checkpoint_every: int = 5,
+    progress: bool = True,
+    callbacks: Sequence[Any] = (),
+    store: RunStore | None = None,
+) -> list[RunRecord]:
+    """Reuse each config's finished record or train it; return the records in config order.
 
-    def __init__(self, root: str | os.PathLike | None = None):
-        self.root = Path(root) if root is not None else runs_dir()
-
-    def path(self, experiment: str, key: str) -> Path:
-        return self.root / experiment / f"{key}.json"
-
-    def load(self, experiment: str, config: Any) -> RunRecord | None:
-        """The finished record for this config, or None (missing or corrupt)."""
-        key = config_hash(experiment, config)
-        path = self.path(experiment, key)
-        if not path.exists():
-            return None
-        try:
-            record = RunRecord.from_json(json.loads(path.read_text()))
-            if record.key != key or record.config != config_dict(config):
-                raise ValueError("record does not match its config")
-            return record
-        except (ValueError, KeyError, TypeError) as err:
-            aside = path.with_suffix(".corrupt")
-            os.replace(path, aside)
-            warnings.warn(
-                f"run record {path} is corrupt ({err}); moved to {aside.name} and recomputing",
-                CorruptRecordWarning,
-                stacklevel=2,
-            )
-            return None
-
-    def save(self, record: RunRecord) -> Path:
-        """Write atomically: a crash mid-write never leaves a half record behind."""
-        path = self.path(record.experiment, record.key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{record.key}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(record.to_json(), fh)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
-
-    def get_or_run(
-        self, experiment: str, config: Any, run: Callable[[Any], RunRecord]
-    ) -> RunRecord:
-        """Reuse the cached record for ``config`` or call ``run(config)`` and save it."""
-        record = self.load(experiment, config)
-        if record is None:
-            record = run(config)
-            self.save(record)
-        return record
-
-    def records(self, experiment: str) -> list[RunRecord]:
-        """Every readable record of an experiment (for browsing widgets)."""
-        out = []
-        for path in sorted((self.root / experiment).glob("*.json")):
-            try:
-                out.append(RunRecord.from_json(json.loads(path.read_text())))
-            except (ValueError, KeyError, TypeError):
-                warnings.warn(
-                    f"skipping corrupt run record {path}", CorruptRecordWarning, stacklevel=2
-                )
-        return out
-
-
-def export_histories(records: list[RunRecord], path: str | os.PathLike) -> Path:
-    """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
-
-    Per-step gradient norms and other non-scalar extras are left out (the per-epoch
-    mean and max norms stay). A ``.gz`` suffix compresses the repeated config column.
+    ``study`` is a study's experiment module or its name (``structattn_lite.studies``).
+    ``only_cached=True`` trains nothing: it returns the records already on disk (a
+    partial grid gives the runs it has). A run that diverges is recorded and the sweep
+    goes on; one that raises is recorded as "failed" and rerun by the next sweep.
+    ``threads``: intra-op threads per training process (None leaves torch's setting).
+    ``seed_batching``: configs equal but for their seed train together, when the study
+    has ``run_seeds``. ``executor``: "local" (this process) or "ray" (one Ray task per
+    unit; ``address`` joins an existing cluster). A run checkpoints every
+    ``checkpoint_every`` epochs (0: never) and resumes from it if interrupted; a lock
+    beside each record keeps two processes from training the same config at once.
     """
-    frames = []
-    for r in records:
-        frame = r.history.copy()
-        scalars = {k: v for k, v in r.extra.items() if isinstance(v, (int, float, str))}
-        frame.insert(0, "extra", json.dumps(scalars, sort_keys=True))
-        frame.insert(0, "config", json.dumps(r.config, sort_keys=True))
-        frame.insert(0, "reason", r.reason)
-        frame.insert(0, "status", r.status)
-        frame.insert(0, "version", r.version)
-        frame.insert(0, "key", r.key)
-        frame.insert(0, "experiment", r.experiment)
-        frames.append(frame)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.concat(frames, ignore_index=True).to_csv(path, index=False, float_format="%.6g")
-    return path
+    from structattn_lite.config import check_choice, check_int, resolve_device
+    from structattn_lite.executors import EXECUTORS, execute
+    from structattn_lite.locking import RunLock, RunLockedError
+    from structattn_lite.studies import get_study
 
-
-def load_histories(path: str | os.PathLike) -> list[RunRecord]:
-    """The records written by :func:`export_histories`, in their original order."""
-    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    meta = ["experiment", "key", "version", "status", "reason", "config", "extra"]
-    out = []
-    for key, frame in table.groupby("key", sort=False):
-        first = frame.iloc[0]
-        out.append(
-            RunRecord(
-                experiment=first["experiment"],
-                key=key,
-                config=json.loads(first["config"]),
-                history=frame.drop(columns=meta).reset_index(drop=True),
-                status=first["status"],
-                reason=None if pd.isna(first["reason"]) else first["reason"],
-                version=first["version"],
-                extra=json.loads(first["extra"]),
-            )
+    study = get_study(study)
+    check_choice("executor", executor, EXECUTORS)
+    check_int("checkpoint_every", checkpoint_every, minimum=0)
+    device = resolve_device(device)
+    store = store or RunStore()
+    records: dict[int, RunRecord] = {}
+    for i, cfg in enumerate(configs):
+        found = store.load(study.EXPERIMENT, cfg)
+        if found is not None:
+            records[i] = found
+    todo = [i for i in range(len(configs)) if i not in records]
+    if progress and records:
+        print(
+            f"[{study.EXPERIMENT}] reused {len(records)} cached run(s); {len(todo)} to train"
+            if not only_cached
+            else f"[{study.EXPERIMENT}] {len(records)} cached run(s) found"
         )
-    return out
+    if only_cached or not todo:
+        return [records[i] for i in sorted(records)]
+
+    locks: dict[int, RunLock] = {}
+    try:
+        for i in todo:  # claim every run first: another process may be training some
+            lock = RunLock(
+                store.path(study.EXPERIMENT, config_hash(study.EXPERIMENT, configs[i])).with_suffix(
+                    ".lock"
+                )
+            )
+            try:
+                locks[i] = lock.acquire()
+            except RunLockedError as err:
+                warnings.warn(f"skipping a run another process is training: {err}", stacklevel=2)
+        units: list[Any] = [configs[i] for i in locks]
+        index = {id(configs[i]): i for i in locks}
+        if seed_batching and hasattr(study, "run_seeds"):
+            groups: dict[str, list[Any]] = {}
+            for i in locks:
+                groups.setdefault(_without_seed(configs[i]), []).append(configs[i])
+            units = [g if len(g) > 1 else g[0] for g in groups.values()]
+        run_one = functools.partial(
+            run_unit,
+            study,
+            device=device,
+            progress=False,
+            callbacks=callbacks if executor == "local" else (),
+        )
+        results = execute(
+            run_one,
+            units,
+            experiment=study.EXPERIMENT,
+            executor=executor,
+            address=address,
+            progress=progress,
+            threads=threads,
+            gpus_per_run=1 if device.startswith("cuda") else 0,
+            checkpoint_for=functools.partial(checkpoint_path, store.root, study.EXPERIMENT),
+            checkpoint_every=checkpoint_every,
+            desc=f"{study.EXPERIMENT} runs",
+        )
+        for unit, got in results:
+            pairs = zip(unit, got, strict=True) if isinstance(unit, list) else [(unit, got)]
+            for cfg, record in pairs:
+                record.device = device
+                if record.status == "failed":
+                    warnings.warn(
+                        f"run {record.key} failed and will be rerun next time: "
+                        f"{record.reason.splitlines()[0]}",
+                        stacklevel=2,
+                    )
+                store.save(record)
+                i = index[id(cfg)]
+                records[i] = record
+                locks.pop(i).release()
+    finally:
+        for lock in locks.values():
+            lock.release()
+    return [records[i] for i in sorted(records)]

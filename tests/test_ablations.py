@@ -1,12 +1,14 @@
 """Ablation grids, verdict logic, tables, and seed-batched training equal to per-seed runs."""
 
+import dataclasses
 import math
 
 import pandas as pd
 import pytest
 import torch
 
-from structattn_lite.runs import RunStore
+from structattn_lite.records import RunStore
+from structattn_lite.report import style
 from structattn_lite.studies.ablations import experiment as ab
 from structattn_lite.studies.ablations import report as ct
 from structattn_lite.training.seed_batching import run_csp_batched, supports_vmap, sweep_batched
@@ -15,45 +17,54 @@ from structattn_lite.training.trainer import OptimConfig
 
 
 def test_verdict_logic():
-    assert ab.verdict(0.98, 0.01, 1.0) == "reproduced"  # within 0.05
-    assert ab.verdict(0.80, 0.01, 1.0) == "not reproduced (ours lower)"
-    assert ab.verdict(0.60, 0.02, 0.33) == "not reproduced (ours higher)"
-    assert ab.verdict(0.80, 0.15, 1.0) == "reproduced"  # 2 sd = 0.30 covers the gap
-    assert ab.verdict(0.80, math.nan, 1.0) == "not reproduced (ours lower)"  # one seed
-    assert ab.verdict(0.5, 0.0, math.nan) == "no paper number"
-    assert ab.verdict(math.nan, math.nan, 1.0) == "not run"
-    assert ab.claim_verdict(1.0, 0.5) == "supported"
-    assert ab.claim_verdict(0.5, 1.0) == "contradicted"
-    assert ab.claim_verdict(0.52, 0.50) == "not supported (no difference)"
+    # 95% t-interval over 5 seeds: half-width = 2.776 sd / sqrt(5) = 1.24 sd
+    assert ab.interval_half_width(0.1, 5) == pytest.approx(0.12415, abs=1e-4)
+    assert ab.verdict(0.99, 0.01, 1.0, 5) == "reproduced"  # within the 0.02 rounding margin
+    assert ab.verdict(0.95, 0.06, 1.0, 5) == "reproduced"  # half-width 0.074 covers the gap
+    assert ab.verdict(0.80, 0.01, 1.0, 5) == "not reproduced (ours lower)"
+    assert ab.verdict(0.60, 0.02, 0.33, 5) == "not reproduced (ours higher)"
+    # a cell that is 0.33 +- 0.57 over 3 seeds cannot pass: its interval is too wide
+    assert ab.verdict(0.33, 0.57, 0.33, 3) == "inconclusive (95% CI ±1.42)"
+    assert ab.verdict(0.80, math.nan, 1.0, 1) == "inconclusive (one seed)"
+    assert ab.verdict(0.5, 0.0, math.nan, 3) == "no paper number"
+    assert ab.verdict(math.nan, math.nan, 1.0, 0) == "not run"
+    # Welch interval of the difference: 0.5 +- t(0.975, df=8) * sqrt(2 * 0.1^2 / 5)
+    assert ab.claim_verdict((1.0, 0.1, 5), (0.5, 0.1, 5)) == "supported"
+    assert ab.claim_verdict((0.5, 0.1, 5), (1.0, 0.1, 5)) == "contradicted"
+    assert ab.claim_verdict((0.62, 0.1, 5), (0.50, 0.1, 5)) == "undecided"  # half-width 0.146
+    assert ab.claim_verdict((0.66, 0.1, 5), (0.50, 0.1, 5)) == "supported"
+    assert ab.claim_verdict((0.9, 0.0, 1), (0.5, 0.0, 3)) == "undecided (one seed)"
 
 
 def test_committed_grid_covers_both_tables():
-    pairs = ab.table_grid("committed")
+    configs = ab.grid("committed")
     spec = ab.grid_spec("committed")
     per_seed = len(ab.PAPER_TABLE4) + 2  # Table 4 cells + cross-entropy + disjoint split
-    assert len(pairs) == len(spec["seeds"]) * 3 * 2 * per_seed
-    assert [c.seed for _, c in pairs] == sorted(c.seed for _, c in pairs)  # seed-major
-    for cell, cfg in pairs:
+    assert len(configs) == len(spec["seeds"]) * 3 * 2 * per_seed
+    assert [c.seed for c in configs] == sorted(c.seed for c in configs)  # seed-major
+    cells = [ab.cell_of(dataclasses.asdict(c)) for c in configs]
+    assert len({tuple(sorted(c.items())) for c in cells}) == 3 * 2 * per_seed  # cells read back
+    for cell, cfg in zip(cells, configs, strict=True):
         opts = cfg.model_options
         assert opts["scan"] == ("loop" if opts["silu"] == "step" else "parallel")
         assert (opts.get("rotation") == "none") == (cell["rotation"] == "without")
         assert cfg.leaky == (cell["split"] == "random") and cfg.labels == "prefix"
     with pytest.raises(ValueError, match="grid='huge' is not allowed"):
-        ab.grid_spec("huge")
+        ab.grid("huge")
 
 
 def _fake_frame():
     rows = []
-    for preset in ("paper", "upstream"):
+    for preset in ("paper", "code_switches"):
         for rotation, variant in ab.PAPER_TABLE4:
-            for seed in (0, 1):
+            for seed in range(5):
                 for task in ab.TASKS:
-                    value = 0.5 + 0.1 * seed if rotation == "without" else 1.0
+                    value = 0.5 + 0.005 * seed if rotation == "without" else 1.0
                     rows.append({"table": "4", "rotation": rotation, "variant": variant, "loss": "focal",
                                  "split": "random", "task": task, "preset": preset, "seed": seed,
                                  "test_seq_acc": value, "test_seq_f1": value, "test_in_train": 0.1})  # fmt: skip
         for task in ab.TASKS:
-            for seed in (0, 1):
+            for seed in range(5):
                 rows.append({"table": "3", "rotation": "with", "variant": "+norm", "loss": "ce", "split": "random",
                              "task": task, "preset": preset, "seed": seed, "test_seq_acc": 0.67,
                              "test_seq_f1": 0.0, "test_in_train": 0.1})  # fmt: skip
@@ -64,20 +75,22 @@ def test_tables_put_ours_beside_the_paper():
     df = _fake_frame()
     t4 = ct.table4(df)
     row = t4.loc[("paper", "without", "base")]
-    assert row[("parity", "ours")] == pytest.approx(0.55) and row[("parity", "paper")] == 0.5
-    assert row[("parity", "verdict")] == "reproduced"  # |0.55 - 0.50| <= 0.05
+    assert row[("parity", "ours")] == pytest.approx(0.51) and row[("parity", "paper")] == 0.5
+    assert row[("parity", "verdict")] == "reproduced"  # |0.51 - 0.50| <= 0.02
     assert (
-        t4.loc[("upstream", "with", "+silu"), ("parity", "verdict")]
+        t4.loc[("code_switches", "with", "+silu"), ("parity", "verdict")]
         == "not reproduced (ours higher)"
     )
     t3 = ct.table3(df)
     assert t3.loc[("paper", "ce"), ("mod3", "verdict")] == "reproduced"
     assert t3.loc[("paper", "ce"), ("parity", "verdict")] == "no paper number"
     claims = ct.claims_table(df)
-    assert set(claims["verdict"]) <= {"supported", "contradicted", "not supported (no difference)"}
+    assert set(claims["verdict"]) <= {"supported", "contradicted", "undecided"}
     shown = ct.display_table(t4)
-    assert shown.loc[("paper", "with", "+norm"), ("parity (acc)", "ours")] == "1.00 ± 0.00"
-    assert "verdict" in ct.style(shown).to_html()
+    assert (
+        shown.loc[("paper", "with", "+norm"), ("parity (acc)", "ours")] == "1.00 ± 0.00 (5 seeds)"
+    )
+    assert "verdict" in style(shown).to_html()
 
 
 def test_committed_results_exist_and_match_the_grid():
@@ -91,7 +104,7 @@ def test_committed_results_exist_and_match_the_grid():
 
 
 def _tiny(seed, **kw):
-    return CSPRun(task="parity", preset="upstream", seed=seed, length=8, n=120, labels="prefix",
+    return CSPRun(task="parity", preset="code_switches", seed=seed, length=8, n=120, labels="prefix",
                   epochs=3, batch_size=32, model_options={"d_model": 6, "n_layers": 2},
                   optim=OptimConfig(lr=3e-3, plateau_patience=0), **kw)  # fmt: skip
 

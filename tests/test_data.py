@@ -167,12 +167,14 @@ def test_cifar_missing_is_a_clear_error(tmp_path):
 
 
 def test_cifar_patch_run_trains_and_measures(fake_cifar):
-    from structattn_lite.studies.attention.experiment import AttentionRun, run_attention
+    from structattn_lite.studies.attention.experiment import Config, run
+    from structattn_lite.studies.attention.recipe import Recipe
 
-    cfg = AttentionRun(dataset="cifar10", kind="matroidal", m=16, d_model=32, n_heads=2,
-                       batch_size=8, steps_per_eval=2, evals=2, eval_windows=6,
-                       final_eval_windows=6, check_windows=2)  # fmt: skip
-    rec = run_attention(cfg, progress=False)
+    cfg = Config(dataset="cifar10", kind="matroidal", m=16, d_model=32, n_heads=2, batch_size=8,
+                 recipe=Recipe(max_steps=4, warmup_steps=1, eval_every=2), eval_windows=6,
+                 final_eval_windows=6, read_test=True)  # fmt: skip
+    rec = run(cfg, progress=False)
     assert rec.status == "ok" and 0.0 <= rec.extra["final"]["val_acc"] <= 1.0
+    assert 0.0 <= rec.extra["final"]["test_acc"] <= 1.0
     assert rec.extra["data"]["train_images_used"] == 54
-    assert rec.history["fast_ref_gap"].max() < 1e-4
+    assert rec.extra["audit"]["fast_ref_gap"] < 1e-4

@@ -8,13 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import tomllib
+import torch
 import yaml
 
 from structattn_lite import __version__
 from structattn_lite.cli import main
 from structattn_lite.config import pick
-from structattn_lite.runs import CorruptRecordWarning, RunRecord, RunStore, config_hash
-from structattn_lite.studies.grokking.experiment import grokking_grid
+from structattn_lite.records import CorruptRecordWarning, RunRecord, RunStore, config_hash
+from structattn_lite.runs import sweep
+from structattn_lite.studies.grokking import experiment as grokking
 from structattn_lite.training.metrics import f1_score, grokking_gap
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,26 +28,37 @@ class Toy:
     lr: float = 0.1
 
 
-def toy_run(cfg, calls):
-    calls.append(cfg)
-    history = pd.DataFrame({"epoch": [1, 2], "test_acc": [0.5, cfg.lr]})
-    return RunRecord("toy", config_hash("toy", cfg), {"seed": cfg.seed, "lr": cfg.lr}, history)
+class ToyStudy:
+    """The smallest object that meets the study contract ``sweep`` relies on."""
+
+    EXPERIMENT = "toy"
+
+    def __init__(self, fail_on=()):
+        self.calls, self.fail_on = [], set(fail_on)
+
+    def run(self, cfg, progress=False, callbacks=(), device="cpu"):
+        self.calls.append(cfg)
+        if cfg.lr in self.fail_on:
+            raise RuntimeError(f"boom at lr={cfg.lr}")
+        history = pd.DataFrame({"epoch": [1, 2], "test_acc": [0.5, cfg.lr]})
+        return RunRecord("toy", config_hash("toy", cfg), {"seed": cfg.seed, "lr": cfg.lr}, history)
 
 
-def test_store_reuses_finished_runs(tmp_path):
-    store, calls = RunStore(tmp_path), []
-    first = store.get_or_run("toy", Toy(), lambda c: toy_run(c, calls))
-    again = store.get_or_run("toy", Toy(), lambda c: toy_run(c, calls))
-    assert len(calls) == 1
+def test_sweep_reuses_finished_runs(tmp_path, capsys):
+    store, study = RunStore(tmp_path), ToyStudy()
+    (first,) = sweep(study, [Toy()], store=store, progress=False)
+    (again,) = sweep(study, [Toy()], store=store, progress=True)
+    assert len(study.calls) == 1
+    assert "reused 1 cached run" in capsys.readouterr().out
     pd.testing.assert_frame_equal(first.history, again.history)
     blob = json.loads(store.path("toy", first.key).read_text())
-    assert (
-        blob["version"] == __version__
-        and blob["seed"] == 0
-        and blob["config"] == {"seed": 0, "lr": 0.1}
-    )
-    store.get_or_run("toy", Toy(lr=0.2), lambda c: toy_run(c, calls))
-    assert len(calls) == 2  # a different config is a different run
+    assert blob["version"] == __version__ and blob["seed"] == 0
+    assert blob["config"] == {"seed": 0, "lr": 0.1}
+    assert blob["device"] == "cpu" and blob["torch_version"] == torch.__version__
+    sweep(study, [Toy(lr=0.2)], store=store, progress=False)
+    assert len(study.calls) == 2  # a different config is a different run
+    cached = sweep(ToyStudy(), [Toy(), Toy(lr=0.3)], store=store, only_cached=True)
+    assert [r.config["lr"] for r in cached] == [0.1]  # only_cached trains nothing
 
 
 def test_config_hash_is_stable_and_sensitive():
@@ -54,26 +67,45 @@ def test_config_hash_is_stable_and_sensitive():
     assert config_hash("toy", Toy()) != config_hash("other", Toy())
 
 
-def test_corrupt_record_is_reported_set_aside_and_recomputed(tmp_path):
-    store, calls = RunStore(tmp_path), []
-    record = store.get_or_run("toy", Toy(), lambda c: toy_run(c, calls))
+def test_corrupt_records_are_set_aside_without_overwriting_each_other(tmp_path):
+    store, study = RunStore(tmp_path), ToyStudy()
+    (record,) = sweep(study, [Toy()], store=store, progress=False)
     path = store.path("toy", record.key)
-    path.write_text(path.read_text()[:40])  # a crash mid-write elsewhere
-    with pytest.warns(CorruptRecordWarning, match="corrupt"):
-        store.get_or_run("toy", Toy(), lambda c: toy_run(c, calls))
-    assert len(calls) == 2
-    assert path.with_suffix(".corrupt").exists()
+    for _ in range(2):
+        path.write_text(path.read_text()[:40])  # a crash mid-write elsewhere
+        with pytest.warns(CorruptRecordWarning, match="corrupt"):
+            sweep(study, [Toy()], store=store, progress=False)
+    assert len(study.calls) == 3
+    assert (
+        path.with_suffix(".corrupt").exists()
+        and path.with_name(path.name[:-5] + ".corrupt.1").exists()
+    )
     assert json.loads(path.read_text())["key"] == record.key
 
 
-def test_bad_profile_is_rejected_before_anything_is_written(tmp_path):
+def test_a_failed_run_is_recorded_never_served_and_rerun(tmp_path):
+    store, study = RunStore(tmp_path), ToyStudy(fail_on={0.2})
+    with pytest.warns(UserWarning, match="boom at lr=0.2"):
+        records = sweep(study, [Toy(lr=0.2), Toy()], store=store, progress=False)
+    assert [r.status for r in records] == ["failed", "ok"]  # the sweep went on
+    assert "RuntimeError: boom" in records[0].reason
+    assert store.load("toy", Toy(lr=0.2)) is None  # unfinished: never a cached result
+    (rerun,) = sweep(ToyStudy(), [Toy(lr=0.2)], store=store, progress=False)
+    assert rerun.status == "ok"
+
+
+def test_bad_grid_and_executor_are_rejected_before_anything_is_written(tmp_path):
     store = RunStore(tmp_path)
-    record = store.get_or_run("toy", Toy(), lambda c: toy_run(c, []))
+    (record,) = sweep(ToyStudy(), [Toy()], store=store, progress=False)
     before = store.path("toy", record.key).read_bytes()
-    with pytest.raises(ValueError, match=r"profile='fast'.*'smoke', 'quick', 'paper'"):
-        grokking_grid("fast")
+    with pytest.raises(ValueError, match=r"grid='fast'.*'smoke', 'quick', 'paper', 'committed'"):
+        grokking.grid("fast")
     with pytest.raises(ValueError, match=r"profile='fast'"):
         pick("fast", {})
+    with pytest.raises(ValueError, match=r"executor='dask'.*'local', 'ray'"):
+        sweep(ToyStudy(), [Toy(lr=0.5)], store=store, executor="dask")
+    with pytest.raises(ValueError, match=r"study='csp'.*'grokking'"):
+        sweep("csp", [Toy()], store=store)
     assert store.path("toy", record.key).read_bytes() == before
 
 
@@ -94,17 +126,42 @@ def test_cli_help_and_bad_arguments():
         [sys.executable, "-m", "structattn_lite", "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and "run" in out.stdout and "study" in out.stdout
-    with pytest.raises(SystemExit) as err:
-        main(["run", "csp", "--profile", "fast"])
-    assert err.value.code == 2
+    for bad in (["run", "grokking", "--profile", "fast"], ["run", "csp"]):
+        with pytest.raises(SystemExit) as err:
+            main(bad)
+        assert err.value.code == 2
+    from structattn_lite.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name in ("run", "export"):  # every option of these commands has help text
+        actions = [a for a in commands[name]._actions if a.option_strings and a.dest != "help"]
+        assert actions and all(a.help for a in actions), name
 
 
-def test_cli_runs_the_smoke_grid(capsys):
-    assert (
-        main(["run", "csp", "--task", "parity", "--preset", "upstream", "--profile", "smoke"]) == 0
-    )
+def test_cli_runs_the_smoke_grid_then_reuses_it(capsys):
+    args = ["run", "grokking", "--profile", "smoke", "--seed", "0", "--epochs", "1"]
+    assert main(args) == 0
     out = capsys.readouterr().out
-    assert "parity" in out and "upstream" in out and "final_test_acc" in out
+    assert "paper" in out and "upstream" in out and "test_acc" in out and "status" in out
+    assert main(args) == 0
+    assert "reused 2 cached run(s)" in capsys.readouterr().out
+
+
+def test_cli_study_only_that_matches_nothing_lists_the_notebooks(capsys):
+    assert main(["study", "--profile", "smoke", "--only", "99"]) == 2
+    err = capsys.readouterr().err
+    assert "matches no notebook" in err and "03_csp_state_tracking.ipynb" in err
+
+
+def test_cli_fetch_without_a_network_explains_what_to_do(tmp_path, capsys, monkeypatch):
+    from structattn_lite.data import text
+
+    # the discard port on loopback: refused at once, as an offline machine refuses
+    monkeypatch.setattr(text, "PTB_URL", "http://127.0.0.1:9/simple-examples.tgz")
+    code = main(["data", "fetch", "ptb", "--root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "ptb.char.train.txt" in err and "STRUCTATTN_DATA" in err
 
 
 def test_environment_yml_agrees_with_pyproject():
@@ -116,7 +173,7 @@ def test_environment_yml_agrees_with_pyproject():
     assert python.removeprefix("python") == project["requires-python"]
     pip = next(d["pip"] for d in deps if isinstance(d, dict))
     assert pip == ["-e .[dev]"]  # every package comes from pyproject, so the two cannot drift
-    assert set(project["optional-dependencies"]) == {"dev"}
+    assert set(project["optional-dependencies"]) == {"dev", "cluster"}
     names = {d.split("<")[0].split(">")[0].split("=")[0] for d in project["dependencies"]}
     assert {"torch", "torchvision", "networkx", "papermill", "ipywidgets", "seaborn"} <= names
 
@@ -128,11 +185,11 @@ def test_ci_calls_the_readme_test_command():
 
 
 def test_exported_histories_round_trip(tmp_path):
-    records = [toy_run(Toy(seed=s, lr=0.25 * s), []) for s in (0, 1, 2)]
+    records = [ToyStudy().run(Toy(seed=s, lr=0.25 * s)) for s in (0, 1, 2)]
     records[1].status, records[1].reason = "diverged", "non-finite loss at epoch 2, step 9"
     records[2].extra = {"seconds": 1.5, "step_grad_norms": [1.0, 2.0]}
     path = tmp_path / "runs.csv.gz"
-    from structattn_lite.runs import export_histories, load_histories
+    from structattn_lite.records import export_histories, load_histories
 
     loaded = load_histories(export_histories(records, path))
     assert [r.key for r in loaded] == [r.key for r in records]

@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from structattn_lite.data.leakage import leakage_table
 from structattn_lite.data.tasks import make_task
 from structattn_lite.studies.length import experiment as ls
 from structattn_lite.studies.length import report as lt
@@ -46,8 +47,16 @@ def test_dyck_is_scored_on_balanced_strings_of_even_lengths():
 
 
 def test_variable_protocol_runs_and_records_a_curve(tmp_path):
-    cfg = ls.LengthRun(task="mod3", model="gru", protocol="variable", train_length=10, epochs=2,
-                       steps_per_epoch=3, max_eval_length=32, n_eval=16)  # fmt: skip
+    cfg = ls.LengthRun(
+        task="mod3",
+        model="gru",
+        protocol="variable",
+        train_length=10,
+        epochs=2,
+        steps_per_epoch=3,
+        max_eval_length=32,
+        n_eval=16,
+    )
     record = ls.run_length(cfg)
     curve = pd.DataFrame(record.extra["curve"])
     assert len(curve) == 32 and record.history["test_acc"].between(0, 1).all()
@@ -59,7 +68,7 @@ def test_variable_protocol_runs_and_records_a_curve(tmp_path):
 
 def test_random_split_leaks_and_disjoint_does_not():
     sizes = {"small": {"parity": 3000, "dyck1": 2000}}
-    table = lt.leakage_table(tasks=("parity", "dyck1"), sizes=sizes, length=16, seeds=(0,))
+    table = leakage_table(tasks=("parity", "dyck1"), sizes=sizes, length=16, seeds=(0,))
     random = table.xs("random (paper)", level="split")["test strings in train"]
     disjoint = table.xs("disjoint (ours)", level="split")
     assert (disjoint["test strings in train"] == 0).all()
@@ -74,8 +83,17 @@ def test_length_table_sits_beside_the_authors_numbers():
     for model in ("lstm", "diag_rnn"):
         for seed in (0, 1):
             for length in ls.TABLE_LENGTHS:
-                rows.append({"task": "parity", "protocol": "fixed", "model": model, "seed": seed,
-                             "length": length, "all_acc": 1.0 - seed * 0.1, "n_parameters": 100})  # fmt: skip
+                rows.append(
+                    {
+                        "task": "parity",
+                        "protocol": "fixed",
+                        "model": model,
+                        "seed": seed,
+                        "length": length,
+                        "all_acc": 1.0 - seed * 0.1,
+                        "n_parameters": 100,
+                    }
+                )
     table = lt.length_table(pd.DataFrame(rows))
     assert table.loc[("parity", "fixed", "lstm"), "L=64"] == "0.950 ± 0.071"
     assert table.loc[("parity", "fixed", "lstm"), "authors L=64"] == "1.000"
@@ -83,9 +101,37 @@ def test_length_table_sits_beside_the_authors_numbers():
 
 
 def test_committed_length_results_cover_the_grid():
-    curves = pd.read_csv(lt.results_path())
+    curves = lt.load_curves()
     assert set(curves["task"]) == {"parity", "mod3", "dyck1"}
-    assert set(curves["protocol"]) == {"fixed", "variable"} and set(curves["model"]) == set(
-        ls.LENGTH_MODELS
-    )
+    spec = ls.GRIDS["committed"]
+    assert set(curves["protocol"]) == set(spec["protocols"])
+    assert set(curves["model"]) == set(spec["models"]) and set(curves["grid"]) == {"committed"}
     assert curves["length"].max() == 256 and "grid '" in lt.length_caption(curves)
+
+
+def test_authors_table_sets_their_number_against_our_interval():
+    rows = []
+    for seed, (a16, a32, a64) in enumerate(
+        [(1.0, 0.92, 0.50), (1.0, 0.93, 0.95)] * 2 + [(1.0, 0.91, 0.7)]
+    ):
+        for length, acc in ((16, a16), (32, a32), (64, a64)):
+            rows.append(
+                {
+                    "task": "parity",
+                    "model": "csp_authors",
+                    "seed": seed,
+                    "length": length,
+                    "all_acc": acc,
+                    "seq_acc": acc,
+                }
+            )
+    table = lt.authors_table(pd.DataFrame(rows))
+    # L=32: mean 0.92, half-width 2.776 * 0.0071 / sqrt(5) = 0.0088; theirs 0.922 inside
+    assert table.loc[("parity", 32), "verdict"] == "theirs inside our 95% CI"
+    assert table.loc[("parity", 32), "authors' README"] == "0.922"
+    # L=64: seeds disagree (0.50 .. 0.95): the interval is too wide to decide anything
+    assert table.loc[("parity", 64), "verdict"].startswith("inconclusive (95% CI ±")
+    # L=16: every seed at 1.0, sd 0: theirs (1.000) inside a zero-width interval
+    assert table.loc[("parity", 16), "verdict"] == "theirs inside our 95% CI"
+    low = pd.DataFrame(rows).assign(all_acc=lambda d: d["all_acc"] - 0.2 * (d["length"] == 32))
+    assert lt.authors_table(low).loc[("parity", 32), "verdict"].startswith("ours lower")

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from structattn_lite.data.tasks import StateTrackingData, make_dataset
-from structattn_lite.models import build_model, count_parameters
-from structattn_lite.runs import RunRecord
-from structattn_lite.training.losses import get_loss
+from structattn_lite.config import check_choice, check_int
+from structattn_lite.data.splits import StateTrackingData, make_dataset
+from structattn_lite.data.tasks import LABELS, TASKS, make_task
+from structattn_lite.models import MODELS, build_model, count_parameters
+from structattn_lite.records import RunRecord
+from structattn_lite.training.losses import LOSSES, get_loss
 from structattn_lite.training.metrics import predict, scores
 from structattn_lite.training.trainer import OptimConfig, Trainer
 
@@ -36,11 +38,33 @@ class CSPRun:
     n: int = 5000
     labels: str = "sequence"
     leaky: bool = False
+    val_fraction: float = 0.1  # validation strings carved from training (early stop reads them)
     loss: str = "focal"
     epochs: int = 300
     batch_size: int = 64
     optim: OptimConfig = field(default_factory=OptimConfig)
-    hold_perfect: int | None = None  # early stop after this many epochs at 100% (None: never)
+    # Early stop after this many epochs at 100% validation accuracy (None: never).
+    hold_perfect: int | None = None
+
+    def __post_init__(self):
+        # Validate now, not when the model is built: a grid with a typo fails at once.
+        check_choice("task", self.task, TASKS)
+        check_choice("model", self.model, MODELS)
+        check_choice("labels", self.labels, LABELS)
+        check_choice("loss", self.loss, LOSSES)
+        for name in ("seed",):
+            check_int(name, getattr(self, name), minimum=0)
+        for name in ("length", "n", "epochs", "batch_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        if self.hold_perfect is not None:
+            check_int("hold_perfect", self.hold_perfect, minimum=1)
+            if self.val_fraction == 0:
+                raise ValueError("hold_perfect reads the validation split: set val_fraction > 0")
+        if not isinstance(self.optim, OptimConfig):
+            raise ValueError(f"optim must be an OptimConfig, got {self.optim!r}")
+        task = make_task(self.task, **self.task_options)  # unknown or out-of-range options
+        with torch.device("meta"):  # unknown preset or model option, without allocating
+            build_csp_model(self, task.n_classes, task.vocab_size)
 
 
 def build_data(cfg: CSPRun) -> StateTrackingData:
@@ -51,19 +75,44 @@ def build_data(cfg: CSPRun) -> StateTrackingData:
         cfg.seed,
         labels=cfg.labels,
         leaky=cfg.leaky,
+        val_fraction=cfg.val_fraction,
         **cfg.task_options,
     )
 
 
-def build_csp_model(cfg: CSPRun, n_classes: int) -> torch.nn.Module:
-    return build_model(cfg.model, preset=cfg.preset, n_classes=n_classes, **cfg.model_options)
+def build_csp_model(cfg: CSPRun, n_classes: int, vocab_size: int = 2) -> torch.nn.Module:
+    options = {"vocab_size": vocab_size, **cfg.model_options}
+    return build_model(cfg.model, preset=cfg.preset, n_classes=n_classes, **options)
 
 
-def run_csp(cfg: CSPRun, callbacks=(), progress: bool = True) -> RunRecord:
+def evaluation_row(labels: str, train: tuple, test: tuple, val: tuple) -> dict[str, float]:
+    """One epoch's log from (predictions, targets) pairs: train and test scores on the
+    run's labels, the whole-string test scores the paper reports, and validation
+    accuracy (what an early stop reads; absent without a validation split)."""
+    on_train, on_test = scores(*train, labels), scores(*test, labels)
+    last = scores(*test, "sequence")  # the whole string, as the paper scores
+    row = {
+        "train_acc": on_train["acc"],
+        "test_acc": on_test["acc"],
+        "test_f1": on_test["f1"],
+        "test_seq_acc": last["acc"],
+        "test_seq_f1": last["f1"],
+    }
+    if val[0] is not None:
+        row["val_acc"] = scores(*val, labels)["acc"]
+    return row
+
+
+def run_csp(cfg: CSPRun, callbacks=(), progress: bool = True, device: str = "cpu") -> RunRecord:
     """Train one config from its seed; the history is identical for identical configs."""
     data = build_data(cfg)
+    # Moved once: batches and evaluations index tensors already on the device.
+    x_train, y_train, x_test, y_test, x_val, y_val = (
+        t.to(device) if t is not None else None
+        for t in (data.x_train, data.y_train, data.x_test, data.y_test, data.x_val, data.y_val)
+    )
     torch.manual_seed(cfg.seed)
-    model = build_csp_model(cfg, data.n_classes)
+    model = build_csp_model(cfg, data.n_classes, data.vocab_size).to(device)
     loss = get_loss(cfg.loss)
     last_only = cfg.labels == "sequence"
 
@@ -72,27 +121,20 @@ def run_csp(cfg: CSPRun, callbacks=(), progress: bool = True) -> RunRecord:
         return loss(logits[:, -1], y[:, -1]) if last_only else loss(logits, y)
 
     def batches(generator):
-        order = torch.randperm(len(data.x_train), generator=generator)
+        order = torch.randperm(len(x_train), generator=generator).to(device)
         for i in range(0, len(order), cfg.batch_size):
             idx = order[i : i + cfg.batch_size]
-            yield data.x_train[idx], data.y_train[idx]
+            yield x_train[idx], y_train[idx]
 
     def evaluate(m):
-        train = scores(predict(m, data.x_train), data.y_train, cfg.labels)
-        pred_test = predict(m, data.x_test)
-        test = scores(pred_test, data.y_test, cfg.labels)
-        last = scores(pred_test, data.y_test, "sequence")  # whole string, as the paper scores
-        return {
-            "train_acc": train["acc"],
-            "test_acc": test["acc"],
-            "test_f1": test["f1"],
-            "test_seq_acc": last["acc"],
-            "test_seq_f1": last["f1"],
-        }
+        val = (predict(m, x_val), y_val) if x_val is not None and len(x_val) else (None, None)
+        return evaluation_row(
+            cfg.labels, (predict(m, x_train), y_train), (predict(m, x_test), y_test), val
+        )
 
-    def held_perfect(rows):
+    def held_perfect(rows):  # reads the validation split, never the test split
         k = cfg.hold_perfect
-        return k is not None and len(rows) >= k and all(r["test_acc"] == 1.0 for r in rows[-k:])
+        return k is not None and len(rows) >= k and all(r.get("val_acc") == 1.0 for r in rows[-k:])
 
     trainer = Trainer(model, loss_fn, cfg.optim, callbacks=callbacks, progress=progress)
     start = time.perf_counter()

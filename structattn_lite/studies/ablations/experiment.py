@@ -1,7 +1,7 @@
 """The paper's ablation tables (3: focal vs cross-entropy; 4: structural parts) as run grids.
 
-Each table cell is one CSP variant on one task, run over several seeds through
-``csp_study.run_csp``; the summary puts our mean +- sd beside the paper's number and a
+Each table cell is one CSP variant on one task, run over several seeds as
+``training.state_tracking.run_csp`` runs; the summary puts our mean +- sd beside the paper's number and a
 verdict. Table 4's rows are read as cumulative (the paper's "+Norm, with rotation" row
 equals its full model): Base (no SiLU, skip or norm), +SiLU (a SiLU inside every step),
 +Skip (that plus the block skip), +Norm (the full CSP: SiLU at the block boundary, skip,
@@ -15,16 +15,22 @@ last position), the way the paper reports; ``GRIDS`` says what each profile runs
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from structattn_lite.config import check_choice
-from structattn_lite.training.state_tracking import CSPRun
+from structattn_lite.config import check_grid, results_dir
+from structattn_lite.records import RunRecord
+from structattn_lite.training.seed_batching import run_csp_stacked as run_seeds
+from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun
+from structattn_lite.training.state_tracking import run_csp as run
+
+Config = CSPRun
+__all__ = ["EXPERIMENT", "GRIDS", "Config", "run_seeds", "export", "grid", "records_frame", "run"]
 
 TASKS = ("parity", "mod3", "dyck1")
 METRIC = {"parity": "test_seq_acc", "mod3": "test_seq_acc", "dyck1": "test_seq_f1"}
-METRIC_NAME = {"parity": "accuracy", "mod3": "accuracy", "dyck1": "F1"}
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {"silu": "none", "skip": False, "norm": "none"},
@@ -34,7 +40,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "layernorm": {"silu": "boundary", "skip": True, "norm": "layernorm"},
 }
 ROTATIONS = ("with", "without")
-LOSS_LABELS = {"focal": "focal loss", "ce": "cross-entropy"}
 
 # Published numbers (STUDY_BRIEF section 3), as fractions; NaN where the paper gives none.
 NAN = math.nan
@@ -60,24 +65,24 @@ PAPER_TABLE4 = {  # (rotation, variant) -> (parity acc, mod-3 acc, parentheses F
 
 GRIDS: dict[str, dict[str, Any]] = {
     # smoke: proves the pipeline in seconds; the tables come from the committed CSVs.
-    "smoke": {"tasks": ("parity",), "presets": ("upstream",), "seeds": (0,), "epochs": 2,
+    "smoke": {"tasks": ("parity",), "presets": ("code_switches",), "seeds": (0,), "epochs": 2,
               "n": 300, "d_model": 8, "n_layers": 1, "hold": None, "variants": ("+norm",)},
     # quick: a live subset beside the committed tables (about a minute on 2 cores).
-    "quick": {"tasks": ("parity",), "presets": ("upstream",), "seeds": (0, 1), "epochs": 8,
+    "quick": {"tasks": ("parity",), "presets": ("code_switches",), "seeds": (0, 1), "epochs": 8,
               "n": 600, "d_model": 16, "n_layers": 2, "hold": 3, "variants": ("+norm",)},
     # committed: the largest grid run on 2 cores; its records ship as data/results/*.csv.
-    "committed": {"tasks": TASKS, "presets": ("paper", "upstream"), "seeds": (0, 1, 2),
+    "committed": {"tasks": TASKS, "presets": ("paper", "code_switches"), "seeds": (0, 1, 2),
                   "epochs": 25, "n": 1000, "d_model": 32, "n_layers": 2, "hold": 5,
                   "variants": tuple(VARIANTS)},
     # paper: the paper's sizes and 300 epochs, 5 seeds (hours; resumable via RunStore).
-    "paper": {"tasks": TASKS, "presets": ("paper", "upstream"), "seeds": tuple(range(5)),
+    "paper": {"tasks": TASKS, "presets": ("paper", "code_switches"), "seeds": tuple(range(5)),
               "epochs": 300, "n": None, "d_model": 64, "n_layers": 3, "hold": 20,
               "variants": tuple(VARIANTS)},
 }  # fmt: skip
 
 
 def grid_spec(grid: str) -> dict[str, Any]:
-    return GRIDS[check_choice("grid", grid, GRIDS)]
+    return GRIDS[check_grid(grid)]
 
 
 def cell_config(
@@ -104,66 +109,73 @@ def cell_config(
     )
 
 
-def table_grid(grid: str) -> list[tuple[dict[str, str], CSPRun]]:
-    """(cell labels, config) for Tables 3 and 4 and the split check, seed-major order.
-
-    Seed-major so that a partial sweep already covers every cell with some seeds.
-    """
-    spec = grid_spec(grid)
-    cells = []
-    for rotation in ROTATIONS:
-        for variant in spec["variants"]:
-            if (rotation, variant) in PAPER_TABLE4:
-                cells.append(
-                    {
-                        "table": "4",
-                        "rotation": rotation,
-                        "variant": variant,
-                        "loss": "focal",
-                        "split": "random",
-                    }
-                )
+def cells(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """The table cells a grid runs: Table 4's rows, Table 3's cross-entropy row, the split check."""
+    out = [
+        {"table": "4", "rotation": rotation, "variant": variant, "loss": "focal", "split": "random"}
+        for rotation in ROTATIONS
+        for variant in spec["variants"]
+        if (rotation, variant) in PAPER_TABLE4
+    ]
     if "+norm" in spec["variants"]:
-        cells.append(
-            {"table": "3", "rotation": "with", "variant": "+norm", "loss": "ce", "split": "random"}
-        )
-        cells.append(
-            {
-                "table": "split",
-                "rotation": "with",
-                "variant": "+norm",
-                "loss": "focal",
-                "split": "disjoint",
-            }
-        )
-    out = []
-    for seed in spec["seeds"]:
-        for task in spec["tasks"]:
-            for preset in spec["presets"]:
-                for cell in cells:
-                    cfg = cell_config(spec, task, preset, seed, variant=cell["variant"], rotation=cell["rotation"],
-                                      loss=cell["loss"], leaky=cell["split"] == "random")  # fmt: skip
-                    out.append(({**cell, "task": task, "preset": preset}, cfg))
+        out.append({"table": "3", "rotation": "with", "variant": "+norm", "loss": "ce",
+                    "split": "random"})  # fmt: skip
+        out.append({"table": "split", "rotation": "with", "variant": "+norm", "loss": "focal",
+                    "split": "disjoint"})  # fmt: skip
     return out
 
 
-def records_frame(cells_and_records, grid: str) -> pd.DataFrame:
+def grid(name: str) -> list[CSPRun]:
+    """Every run of a grid, seed-major, so a partial sweep already covers every cell."""
+    spec = grid_spec(name)
+    return [
+        cell_config(
+            spec,
+            task,
+            preset,
+            seed,
+            variant=cell["variant"],
+            rotation=cell["rotation"],
+            loss=cell["loss"],
+            leaky=cell["split"] == "random",
+        )  # fmt: skip
+        for seed in spec["seeds"]
+        for task in spec["tasks"]
+        for preset in spec["presets"]
+        for cell in cells(spec)
+    ]
+
+
+def cell_of(config: dict[str, Any]) -> dict[str, str]:
+    """The table cell a run's config belongs to (read back from the config itself)."""
+    options = config["model_options"]
+    variant = next(
+        v for v, switches in VARIANTS.items()
+        if all(options.get(k) == val for k, val in switches.items())
+    )  # fmt: skip
+    rotation = "without" if options.get("rotation") == "none" else "with"
+    split = "random" if config["leaky"] else "disjoint"
+    table = "split" if split == "disjoint" else ("3" if config["loss"] == "ce" else "4")
+    return {"table": table, "rotation": rotation, "variant": variant, "loss": config["loss"],
+            "split": split, "task": config["task"], "preset": config["preset"]}  # fmt: skip
+
+
+def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
     """One row per run: cell labels, config columns, final metrics (the committed CSV)."""
-    spec = grid_spec(grid)
     rows = []
-    for cell, record in cells_and_records:
+    for record in records:
         h, c = record.history, record.config
         rows.append(
             {
-                **cell,
+                **cell_of(c),
                 "seed": c["seed"],
                 "grid": grid,
                 "epochs": c["epochs"],
                 "epochs_run": len(h),
                 "status": record.status,
                 "n": c["n"],
-                "d_model": spec["d_model"],
-                "n_layers": spec["n_layers"],
+                "d_model": c["model_options"]["d_model"],
+                "n_layers": c["model_options"]["n_layers"],
                 "labels": c["labels"],
                 "hold_perfect": c["hold_perfect"],
                 "lr": c["optim"]["lr"],
@@ -181,60 +193,73 @@ def records_frame(cells_and_records, grid: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def verdict(ours: float, sd: float, paper: float, tol: float = 0.05) -> str:
-    """Does our mean match the paper's number? Tolerance: max(tol, 2 sd) absolute."""
+def interval_half_width(sd: float, seeds: int, level: float = 0.95) -> float:
+    """Half-width of the t-interval of a mean over ``seeds`` runs (NaN below two seeds)."""
+    from scipy.stats import t
+
+    if seeds < 2 or sd is None or math.isnan(sd):
+        return math.nan
+    return float(t.ppf(0.5 + level / 2, seeds - 1) * sd / math.sqrt(seeds))
+
+
+# A verdict needs an interval narrower than this; wider means the seeds disagree too much
+# to say anything (a 0.33 +- 0.57 cell over 3 seeds is "inconclusive", never "reproduced").
+MAX_HALF_WIDTH = 0.10
+ROUNDING = 0.02  # the paper prints two digits
+
+
+def verdict(ours: float, sd: float, paper: float, seeds: int) -> str:
+    """Does our mean over seeds match the paper's number? (95% t-interval, stated.)
+
+    "reproduced" when the paper's number lies within max(ROUNDING, half-width) of our
+    mean and the half-width is at most MAX_HALF_WIDTH; "inconclusive" when the interval
+    is wider (or there is one seed); otherwise "not reproduced", with the direction.
+    """
     if paper is None or math.isnan(paper):
         return "no paper number"
-    if ours is None or math.isnan(ours):
+    if ours is None or math.isnan(ours) or seeds == 0:
         return "not run"
-    margin = max(tol, 2 * (0.0 if sd is None or math.isnan(sd) else sd))
-    if abs(ours - paper) <= margin:
+    half = interval_half_width(sd, seeds)
+    if math.isnan(half):
+        return "inconclusive (one seed)"
+    if half > MAX_HALF_WIDTH:
+        return f"inconclusive (95% CI ±{half:.2f})"
+    if abs(ours - paper) <= max(ROUNDING, half):
         return "reproduced"
     return f"not reproduced (ours {'higher' if ours > paper else 'lower'})"
 
 
-def claim_verdict(better: float, worse: float, tol: float = 0.05) -> str:
-    """A paper claim "A beats B": supported when our A exceeds our B by more than tol."""
-    if any(v is None or math.isnan(v) for v in (better, worse)):
+def claim_verdict(a: tuple, b: tuple, level: float = 0.95) -> str:
+    """A paper claim "A beats B", from (mean, sd, seeds) of each cell: a Welch t-interval
+    for mean(A) - mean(B). "supported" when it lies above 0, "contradicted" when below,
+    "undecided" when it contains 0 (or a cell has fewer than two seeds)."""
+    from scipy.stats import t
+
+    (ma, sa, na), (mb, sb, nb) = a, b
+    if any(v is None or math.isnan(v) for v in (ma, mb)):
         return "not run"
-    diff = better - worse
-    if diff > tol:
+    if na < 2 or nb < 2:
+        return "undecided (one seed)"
+    va, vb = sa**2 / na, sb**2 / nb
+    if va + vb == 0:
+        diff_half = 0.0
+    else:
+        df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+        diff_half = float(t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb))
+    diff = ma - mb
+    if diff - diff_half > 0:
         return "supported"
-    return "contradicted" if diff < -tol else "not supported (no difference)"
+    if diff + diff_half < 0:
+        return "contradicted"
+    return "undecided"
 
 
-def run_tables(
-    grid: str, store=None, run_missing: bool = True, progress: bool = True, batched: bool = False
-) -> pd.DataFrame:
-    """Run (or reload) every run of a grid; ``run_missing=False`` only collects records.
-
-    ``batched=True`` trains the seeds of each cell together (``seed_batching``): it pays
-    on a GPU and for tiny models; on a small CPU at d >= 16 it is about even.
-    """
-    from structattn_lite.runs import RunStore
-    from structattn_lite.training.trainer import few_threads
-
-    store = store or RunStore()
-    pairs = table_grid(grid)
-    with few_threads():
-        return _run_pairs(pairs, grid, store, run_missing, progress, batched)
+COMMITTED_CSV = "csp_ablations.csv"
 
 
-def _run_pairs(pairs, grid, store, run_missing, progress, batched):
-    from tqdm.auto import tqdm
-
-    from structattn_lite.training.seed_batching import sweep_batched
-    from structattn_lite.training.state_tracking import EXPERIMENT, run_csp
-
-    if run_missing and batched:
-        records = sweep_batched([cfg for _, cfg in pairs], store, progress)
-        return records_frame([(cell, r) for (cell, _), r in zip(pairs, records, strict=True)], grid)
-    got = []
-    for cell, cfg in tqdm(pairs, desc=f"ablation grid {grid}", disable=not progress):
-        if run_missing:
-            record = store.get_or_run(EXPERIMENT, cfg, lambda c: run_csp(c, progress=False))
-        else:
-            record = store.load(EXPERIMENT, cfg)
-        if record is not None:
-            got.append((cell, record))
-    return records_frame(got, grid)
+def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
+    """Write one row per run (cell, config columns, final metrics) to data/results."""
+    path = results_dir() / COMMITTED_CSV
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records_frame(records, grid).round(5).to_csv(path, index=False)
+    return [path]

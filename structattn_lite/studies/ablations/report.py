@@ -9,12 +9,12 @@ renders a pandas Styler, ``save_table`` writes it to ``figures/`` (HTML and PNG/
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 
-from structattn_lite.config import figures_dir, results_dir
+from structattn_lite.config import results_dir
+from structattn_lite.report import format_mean_sd
 from structattn_lite.studies.ablations.experiment import (
     METRIC,
     PAPER_TABLE3,
@@ -58,7 +58,7 @@ def _wide(stats: pd.DataFrame, keys: list[str], paper_of) -> pd.DataFrame:
             row[(task, "sd")] = sd
             row[(task, "seeds")] = int(hit["seeds"].iloc[0]) if len(hit) else 0
             row[(task, "paper")] = paper
-            row[(task, "verdict")] = verdict(mean, sd, paper)
+            row[(task, "verdict")] = verdict(mean, sd, paper, row[(task, "seeds")])
         rows.append(row)
     table = pd.DataFrame(rows).set_index(keys)
     table.columns = pd.MultiIndex.from_tuples(table.columns)
@@ -108,31 +108,38 @@ CLAIMS = [  # (claim, tasks, (cell A), (cell B)): the paper says A beats B
 
 
 def claims_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Each ablation claim of the paper, tested on our means, per preset and task."""
+    """Each ablation claim of the paper, tested on our runs per preset and task (Welch
+    95% interval of the difference of means; see ``claim_verdict``)."""
     t4, t3 = table4(df), table3(df)
+
+    def cell(table, key, task):
+        return tuple(table.loc[key, (task, k)] for k in ("ours", "sd", "seeds"))
+
     rows = []
     for preset in t4.index.get_level_values("preset").unique():
-        for claim, tasks, a, b in CLAIMS:
-            for task in tasks:
-                try:
-                    va, vb = (
-                        t4.loc[(preset, *a), (task, "ours")],
-                        t4.loc[(preset, *b), (task, "ours")],
-                    )
-                except KeyError:
-                    continue
-                rows.append({"preset": preset, "claim": claim, "task": task, "A": va, "B": vb,
-                             "verdict": claim_verdict(va, vb)})  # fmt: skip
-        for task in ("mod3", "dyck1"):
-            try:
-                va, vb = (
-                    t3.loc[(preset, "focal"), (task, "ours")],
-                    t3.loc[(preset, "ce"), (task, "ours")],
-                )
-            except KeyError:
+        tests = [
+            (claim, task, t4, (preset, *a), (preset, *b))
+            for claim, tasks, a, b in CLAIMS
+            for task in tasks
+        ]
+        tests += [
+            ("focal loss beats cross-entropy", task, t3, (preset, "focal"), (preset, "ce"))
+            for task in ("mod3", "dyck1")
+        ]
+        for claim, task, table, a, b in tests:
+            if a not in table.index or b not in table.index:
                 continue
-            rows.append({"preset": preset, "claim": "focal loss beats cross-entropy", "task": task,
-                         "A": va, "B": vb, "verdict": claim_verdict(va, vb)})  # fmt: skip
+            ca, cb = cell(table, a, task), cell(table, b, task)
+            rows.append(
+                {
+                    "preset": preset,
+                    "claim": claim,
+                    "task": task,
+                    "A": ca[0],
+                    "B": cb[0],
+                    "verdict": claim_verdict(ca, cb),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -144,7 +151,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             continue
         ours, sd, seeds = table[(task, "ours")], table[(task, "sd")], table[(task, "seeds")]
         out[(TASK_TITLES[task], "ours")] = [
-            _mean_sd(m, s, k) for m, s, k in zip(ours, sd, seeds, strict=True)
+            format_mean_sd(m, s, k) for m, s, k in zip(ours, sd, seeds, strict=True)
         ]
         out[(TASK_TITLES[task], "paper")] = [
             "-" if math.isnan(p) else f"{p:.2f}" for p in table[(task, "paper")]
@@ -152,68 +159,6 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         out[(TASK_TITLES[task], "verdict")] = table[(task, "verdict")]
     out.columns = pd.MultiIndex.from_tuples(out.columns)
     return out
-
-
-def _mean_sd(mean: float, sd: float, seeds: int) -> str:
-    if math.isnan(mean):
-        return "-"
-    return f"{mean:.2f} (1 seed)" if seeds < 2 else f"{mean:.2f} ± {sd:.2f}"
-
-
-def _verdict_color(value) -> str:
-    text = str(value)
-    if text.startswith("reproduced") or text == "supported":
-        return "background-color: #d9f2d9"
-    if text.startswith("not reproduced") or text == "contradicted":
-        return "background-color: #f8d7da"
-    if text.startswith("not supported"):
-        return "background-color: #fff3cd"
-    return ""
-
-
-def style(display: pd.DataFrame, caption: str = ""):
-    """A pandas Styler that colours the verdict cells."""
-    verdict_cols = [
-        c for c in display.columns if (c[-1] if isinstance(c, tuple) else c) == "verdict"
-    ]
-    return display.style.map(_verdict_color, subset=verdict_cols).set_caption(caption)
-
-
-def save_table(display: pd.DataFrame, notebook: str, name: str, caption: str = "") -> list[Path]:
-    """Write the table to figures/ as HTML (styled) and PNG/PDF (a matplotlib table)."""
-    import matplotlib.pyplot as plt
-
-    from structattn_lite.report import save_figure
-
-    out = figures_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    html = out / f"{notebook}_{name}.html"
-    html.write_text(style(display, caption).set_uuid(f"{notebook}_{name}").to_html())  # stable ids
-    flat = display.reset_index()
-    flat.columns = [
-        " ".join(str(p) for p in c if p) if isinstance(c, tuple) else str(c) for c in flat.columns
-    ]
-    fig, ax = plt.subplots(figsize=(min(2 + 1.5 * flat.shape[1], 30), 0.9 + 0.22 * len(flat)))
-    ax.axis("off")
-    text = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row] for row in flat.values]
-    tab = ax.table(
-        cellText=text,
-        colLabels=list(flat.columns),
-        loc="center",
-        cellLoc="center",
-    )
-    tab.auto_set_font_size(False)
-    tab.set_fontsize(7)
-    tab.auto_set_column_width(list(range(flat.shape[1])))
-    for (r, c), cell in tab.get_celld().items():
-        if r > 0:
-            color = _verdict_color(flat.iat[r - 1, c]).replace("background-color: ", "")
-            if color:
-                cell.set_facecolor(color)
-    ax.set_title(textwrap.fill(caption, 160), fontsize=7)
-    paths = save_figure(fig, notebook, name)
-    plt.close(fig)
-    return [html, *paths]
 
 
 def grid_caption(df: pd.DataFrame) -> str:
@@ -227,7 +172,11 @@ def grid_caption(df: pd.DataFrame) -> str:
         else f"{per_cell.min()}-{per_cell.max()}"
     )
     hold = df["hold_perfect"].dropna().unique()
-    stop = f", early stop after {int(hold[0])} epochs at 100% prefix accuracy" if len(hold) else ""
+    # Grids made before the validation split stopped on test accuracy: say so.
+    read = (
+        "validation" if "val_fraction" in df else "test (this grid predates the validation split)"
+    )
+    stop = f", early stop after {int(hold[0])} epochs at 100% {read} accuracy" if len(hold) else ""
     return (
         f"grid '{df['grid'].iloc[0]}': {len(df)} runs in {len(per_cell)} cells, {spread} seeds per cell "
         f"(seeds {seeds}); up to "
@@ -236,3 +185,84 @@ def grid_caption(df: pd.DataFrame) -> str:
         f"{int(df['n_layers'].iloc[0])} layers, {df['labels'].iloc[0]} labels, lr={df['lr'].iloc[0]}, "
         "scored on the whole string (last position)"
     )
+
+
+# --- prose rendered from the tables (no number in notebook 04 is typed by hand) -------
+
+
+def _cell_text(table: pd.DataFrame, key, task: str) -> str:
+    ours, sd, seeds = (table.loc[key, (task, k)] for k in ("ours", "sd", "seeds"))
+    paper, verdict_ = table.loc[key, (task, "paper")], table.loc[key, (task, "verdict")]
+    name = TASK_TITLES[task].split(" (")[0] + (" F1" if task == "dyck1" else "")
+    ours_text = format_mean_sd(ours, sd, int(seeds)).replace(f" ({int(seeds)} seeds)", "")
+    if math.isnan(paper):
+        return f"{name} {ours_text} (no paper number)"
+    return f"{name} {ours_text} (paper {paper:.2f}: {verdict_})"
+
+
+def _verdict_counts(table: pd.DataFrame) -> dict[str, int]:
+    verdicts = [table[(t, "verdict")] for t in TASKS if (t, "verdict") in table]
+    flat = pd.concat(verdicts).str.split(" ").str[0].replace({"not": "not reproduced"})
+    flat = flat[~pd.concat(verdicts).isin(["no paper number", "not run"])]
+    return {k: int((flat == k).sum()) for k in ("reproduced", "not reproduced", "inconclusive")}
+
+
+def _table_prose(table: pd.DataFrame, label) -> str:
+    lines = [
+        f"- {label(key)}: " + "; ".join(_cell_text(table, key, t) for t in TASKS) + "."
+        for key in table.index
+    ]
+    c = _verdict_counts(table)
+    lines.append(
+        f"\nOf the {sum(c.values())} cells with a paper number, {c['reproduced']} reproduced, "
+        f"{c['not reproduced']} did not, and {c['inconclusive']} are inconclusive (95% "
+        "interval too wide to decide)."
+    )
+    return "\n".join(lines)
+
+
+def findings(results: pd.DataFrame) -> dict[str, str]:
+    """Notebook 04's prose, as Markdown rendered from the committed records."""
+    t3, t4 = table3(results), table4(results)
+    claims, split = claims_table(results), split_table(results)
+    out = {
+        "table3": "**Read from the table.**\n\n"
+        + _table_prose(
+            t3, lambda k: f"`{k[0]}`, {'focal loss' if k[1] == 'focal' else 'cross-entropy'}"
+        ),
+        "table4": "**Read from the table.**\n\n"
+        + _table_prose(t4, lambda k: f"`{k[0]}`, {k[1]} rotation, {k[2]}"),
+    }
+    counts = claims["verdict"].value_counts()
+    named = []
+    for word in ("supported", "contradicted"):
+        hits = claims[claims["verdict"] == word]
+        groups = hits.groupby(["claim", "preset"], sort=False)["task"].apply(", ".join)
+        items = [f"{claim} (`{preset}`: {tasks})" for (claim, preset), tasks in groups.items()]
+        named.append(f"*{word.capitalize()}:* " + ("; ".join(items) if items else "none") + ".")
+    out["claims"] = (
+        f"Of the {len(claims)} claim tests, {counts.get('supported', 0)} are supported, "
+        f"{counts.get('contradicted', 0)} contradicted and {counts.get('undecided', 0)} "
+        "undecided (the 95% interval of the difference contains zero).\n\n" + "\n\n".join(named)
+    )
+    rows = []
+    for (preset, task), g in split.groupby(["preset", "task"], sort=False):
+        by = g.set_index("split")
+        rows.append(
+            f"`{preset}` {TASK_TITLES[task]}: random {by.loc['random', 'mean']:.2f} "
+            f"(test strings in train: {by.loc['random', 'test_in_train']:.1%}) → disjoint "
+            f"{by.loc['disjoint', 'mean']:.2f}"
+        )
+    out["split"] = "**Read from the table.** " + "; ".join(rows) + "."
+    # Table 3's focal row is Table 4's full model ("+norm", with rotation): count it once.
+    ce_rows = t3[t3.index.get_level_values("loss") == "ce"]
+    c3, c4 = _verdict_counts(ce_rows), _verdict_counts(t4)
+    total = {k: c3[k] + c4[k] for k in c3}
+    out["summary"] = (
+        f"Across Tables 3 and 4, {total['reproduced']} of the {sum(total.values())} distinct cells with a "
+        f"paper number reproduced, {total['not reproduced']} did not and "
+        f"{total['inconclusive']} are inconclusive at {int(results['seed'].nunique())} seeds; "
+        f"{counts.get('supported', 0)} of the paper's {len(claims)} ablation claim tests are "
+        "supported by our runs."
+    )
+    return out

@@ -10,7 +10,8 @@ import pandas as pd
 from IPython.display import display
 
 from structattn_lite.models import CSP_PRESETS
-from structattn_lite.runs import RunRecord
+from structattn_lite.records import RunRecord
+from structattn_lite.report import browser, figure_size
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP
 from structattn_lite.training.metrics import grokking_gap
 
@@ -56,7 +57,7 @@ def grokking_figure(records, task: str, title: str | None = None):
     fig, axes = plt.subplots(
         2,
         len(presets),
-        figsize=(5.5 * len(presets), 5.5),
+        figsize=figure_size(2 if len(presets) > 1 else 1, height=4.2),
         sharex="col",
         squeeze=False,
         gridspec_kw={"height_ratios": [2, 1]},
@@ -95,41 +96,32 @@ def grokking_figure(records, task: str, title: str | None = None):
     return fig
 
 
-def grokking_browser(records) -> widgets.Widget:
-    """Pick task, preset and seed from the cached runs; see curves and the summary row."""
-    table = summarize(records)
-    task = widgets.Dropdown(options=sorted(table["task"].unique()), description="task")
-    preset = widgets.Dropdown(options=sorted(table["preset"].unique()), description="preset")
-    seed = widgets.Dropdown(options=sorted(table["seed"].unique()), description="seed")
-    out = widgets.Output()
+def grokking_browser(sources: dict[str, list[RunRecord]]) -> widgets.Widget:
+    """Pick a source (profile runs or a committed grid), task, preset and seed: the curves
+    and the run's summary row. Nothing is retrained."""
 
-    def show(*_):
+    def choices(records):
+        table = summarize(records)
+        return {k: table[k].tolist() for k in ("task", "preset", "seed")}
+
+    def show(records, task, preset, seed):
         chosen = [
             r
             for r in records
-            if r.config["task"] == task.value
-            and (r.config["preset"] or r.config["model"]) == preset.value
-            and r.seed == seed.value
+            if r.config["task"] == task
+            and r.seed == seed
+            and (r.config["preset"] or r.config["model"]) == preset
         ]
-        out.clear_output(wait=True)
-        with out:
-            if not chosen:
-                print("no cached run for this choice")
-                return
-            fig = grokking_figure(chosen, task.value)
-            display(fig)
-            plt.close(fig)
-            row = table[
-                (table.task == task.value)
-                & (table.preset == preset.value)
-                & (table.seed == seed.value)
-            ]
-            display(row)
+        if not chosen:
+            print("no run for this choice in this source")
+            return
+        fig = grokking_figure(chosen, task)
+        display(fig)
+        plt.close(fig)
+        table = summarize(chosen)
+        display(table)
 
-    for w in (task, preset, seed):
-        w.observe(show, names="value")
-    show()
-    return widgets.VBox([widgets.HBox([task, preset, seed]), out])
+    return browser(sources, choices, show)
 
 
 def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
@@ -165,7 +157,39 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
 
 
 def preset_table() -> pd.DataFrame:
-    """The CSP presets side by side; ``differs`` marks where text and code disagree."""
+    """The switchable CSP presets side by side; ``differs`` marks where they disagree."""
     table = pd.DataFrame({name: dataclasses.asdict(cfg) for name, cfg in CSP_PRESETS.items()})
-    table["differs"] = table["paper"] != table["upstream"]
+    table["differs"] = table["paper"] != table["code_switches"]
     return table
+
+
+# The authors' paper-era parity log (befce39): at chance to epoch 120, then a jump between
+# epochs 130 and 190, ending at 0.9995.
+AUTHORS_PAPER_ERA_JUMP = (130, 190)
+
+
+def jump_findings(records: list[RunRecord], level: float = 0.9) -> str:
+    """Per seed, the epoch test accuracy first reached ``level`` and where it ended, beside
+    the authors' paper-era log; Markdown rendered from the records."""
+    if not records:
+        return "No records for this grid yet (run it, or see the committed grids)."
+    rows, jumps = [], []
+    for r in sorted(records, key=lambda r: r.seed):
+        jump = jump_epoch(r.history, level)
+        jumps.append(jump)
+        final = r.history["test_acc"].iloc[-1] if len(r.history) else float("nan")
+        when = f"epoch {jump}" if jump is not None else f"never in {len(r.history)} epochs"
+        rows.append(f"seed {r.seed}: ≥ {level:.0%} at {when}, final {final:.3f} ({r.status})")
+    lo, hi = AUTHORS_PAPER_ERA_JUMP
+    hit = [j for j in jumps if j is not None]
+    inside = sum(lo <= j <= hi for j in hit)
+    summary = (
+        f"{len(hit)} of {len(records)} seeds jumped to ≥ {level:.0%} test accuracy"
+        + (
+            f" (epochs {min(hit)}–{max(hit)}); {inside} inside the authors' window {lo}–{hi}"
+            if hit
+            else ""
+        )
+        + "."
+    )
+    return summary + "\n\n" + "\n".join(f"- {row}" for row in rows)

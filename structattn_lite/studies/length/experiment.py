@@ -20,29 +20,36 @@ positions, which is, we believe, what the authors' README reports).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import torch
 
-from structattn_lite.config import check_choice
-from structattn_lite.data.tasks import make_dataset, make_task
+from structattn_lite.config import check_choice, check_int, results_dir
+from structattn_lite.data.splits import make_dataset
+from structattn_lite.data.tasks import TASKS, make_task
 from structattn_lite.models import build_model, count_parameters
-from structattn_lite.runs import RunRecord, RunStore
-from structattn_lite.training.losses import get_loss
-from structattn_lite.training.metrics import accuracy, predict
+from structattn_lite.records import RunRecord
+from structattn_lite.training.losses import LOSSES, get_loss
+from structattn_lite.training.metrics import accuracy, length_scores, predict, scores
 from structattn_lite.training.trainer import OptimConfig, Trainer
 
 EXPERIMENT = "length"
 PROTOCOLS = ("fixed", "variable")
+SPLITS = ("disjoint", "random")
 TABLE_LENGTHS = (16, 32, 64, 128, 256)
 
-# Display name -> (model, preset). CSP-Vanilla / CSP-Fast in the authors' README are
-# their code's variants; our "csp_upstream" follows their code, "csp_paper" the text.
+# Display name -> (model, preset). "csp_paper" is the text's reading; "csp_code_switches"
+# the text's block with the code's cumulative angle and decay gates; "csp_authors" the
+# authors' model exactly as in the revision behind their README's CSP-Vanilla parity row.
 LENGTH_MODELS = {
     "csp_paper": ("csp", "paper"),
-    "csp_upstream": ("csp", "upstream"),
+    "csp_code_switches": ("csp", "code_switches"),
+    "csp_authors": ("csp", "authors_3bb9f71"),
+    "csp_authors_7d6c56a": ("csp", "authors_7d6c56a"),  # their README's mod-3 and Dyck-1 rows
     "lstm": ("lstm", None),
     "gru": ("gru", None),
     "transformer": ("transformer", None),
@@ -60,7 +67,13 @@ class LengthRun:
     task_options: dict = field(default_factory=dict)
     protocol: str = "fixed"
     train_length: int = 16  # fixed: the one length; variable: the longest
-    n: int = 2000  # fixed protocol: strings in train + test
+    n: int = 2000  # fixed protocol: strings in train + validation + test
+    split: str = "disjoint"  # fixed protocol: "disjoint" by string, or "random" (i.i.d.)
+    val_fraction: float = 0.1  # fixed protocol: validation strings carved from training
+    # Stop once the validation whole-string accuracy has been at least this for
+    # ``fit_patience`` epochs (None: train every epoch). Reads validation, never test.
+    stop_at_fit: float | None = None
+    fit_patience: int = 3
     epochs: int = 20  # an "epoch" of the variable protocol is steps_per_epoch batches
     steps_per_epoch: int = 25
     batch_size: int = 64
@@ -73,24 +86,46 @@ class LengthRun:
     def __post_init__(self):
         check_choice("model", self.model, LENGTH_MODELS)
         check_choice("protocol", self.protocol, PROTOCOLS)
+        check_choice("task", self.task, TASKS)
+        check_choice("loss", self.loss, LOSSES)
+        check_choice("split", self.split, SPLITS)
+        check_int("seed", self.seed, minimum=0)
+        check_int("fit_patience", self.fit_patience, minimum=1)
+        if self.stop_at_fit is not None and not 0 < self.stop_at_fit <= 1:
+            raise ValueError(f"stop_at_fit must lie in (0, 1] or be None, got {self.stop_at_fit}")
+        if self.stop_at_fit is not None and self.protocol == "fixed" and self.val_fraction == 0:
+            raise ValueError("stop_at_fit needs a validation split: set val_fraction > 0")
+        for name in (
+            "train_length",
+            "n",
+            "epochs",
+            "steps_per_epoch",
+            "batch_size",
+            "max_eval_length",
+            "n_eval",
+        ):
+            check_int(name, getattr(self, name), minimum=1)
+        task = make_task(self.task, **self.task_options)
+        with torch.device("meta"):  # unknown model options fail now, not mid-sweep
+            build_length_model(self, task.n_classes, task.vocab_size)
 
 
-def build_length_model(cfg: LengthRun, n_classes: int):
+def build_length_model(cfg: LengthRun, n_classes: int, vocab_size: int = 2):
     name, preset = LENGTH_MODELS[cfg.model]
-    options = dict(cfg.model_options)
-    if name == "csp" or name in ("diag_rnn", "diag_rnn_neg", "complex_rnn"):
-        options.setdefault("scan", "parallel")  # length 256 evaluation needs the scan
+    options = {"vocab_size": vocab_size, **cfg.model_options}
+    if preset in ("paper", "code_switches") or name in ("diag_rnn", "diag_rnn_neg", "complex_rnn"):
+        options.setdefault("scan", "parallel")  # linear recurrences: the scan for length 256
     return build_model(name, preset=preset, n_classes=n_classes, **options)
 
 
 def train_lengths(cfg: LengthRun) -> list[int]:
     """Lengths a variable-protocol batch may take (Dyck-1 needs even lengths)."""
-    step = 2 if cfg.task == "dyck1" else 1
+    step = 2 if cfg.task.startswith("dyck1") else 1
     return list(range(step, cfg.train_length + 1, step))
 
 
 def eval_lengths(task: str, max_length: int) -> list[int]:
-    if task != "dyck1":
+    if not task.startswith("dyck1"):
         return list(range(1, max_length + 1))
     short = list(range(2, 34, 2))
     return short + list(range(40, max_length + 1, 8))
@@ -101,7 +136,7 @@ def length_curve(model, task, cfg: LengthRun) -> pd.DataFrame:
     """seq_acc, unseen_acc and all_acc of ``model`` at every evaluated length."""
     gen = torch.Generator().manual_seed(10_000 + cfg.seed)  # never a training seed
     rows = []
-    if task.name != "dyck1":
+    if not task.name.startswith("dyck1"):  # a prefix of a random string is a random string
         x = task.sample(cfg.n_eval, cfg.max_eval_length, gen)
         correct = (predict(model, x, batch_size=128) == task.prefix_labels(x)).float()
         per_pos = correct.mean(0)
@@ -119,31 +154,58 @@ def length_curve(model, task, cfg: LengthRun) -> pd.DataFrame:
     for length in eval_lengths(task.name, cfg.max_eval_length):
         x = task.sample(cfg.n_eval, length, gen)
         pred, y = predict(model, x, batch_size=128), task.prefix_labels(x)
-        unseen = pred[:, cfg.train_length :]
         rows.append(
             {
                 "length": length,
-                "seq_acc": accuracy(pred[:, -1], y[:, -1]),
-                "unseen_acc": accuracy(unseen, y[:, cfg.train_length :])
-                if unseen.numel()
-                else float("nan"),
+                **length_scores(pred, y, cfg.train_length),
                 "all_acc": accuracy(pred, y),
             }
         )
     return pd.DataFrame(rows)
 
 
-def run_length(cfg: LengthRun, progress: bool = False) -> RunRecord:
+def evaluation_row(pred_test, y_test, pred_val=None, y_val=None) -> dict[str, float]:
+    """One epoch's log: prefix accuracy on test (only reported) and on validation, and the
+    validation whole-string accuracy the fit-stop reads."""
+    row = {"test_acc": accuracy(pred_test, y_test)}
+    if pred_val is not None:
+        row["val_acc"] = accuracy(pred_val, y_val)
+        row["val_seq_acc"] = scores(pred_val, y_val, "sequence")["acc"]
+    return row
+
+
+def fit_reached(rows: list[dict], cfg: LengthRun) -> bool:
+    """The fit-stop: validation whole-string accuracy at least ``stop_at_fit`` for the
+    last ``fit_patience`` epochs. It reads validation only."""
+    k, level = cfg.fit_patience, cfg.stop_at_fit
+    return (
+        level is not None
+        and len(rows) >= k
+        and all(r.get("val_seq_acc", 0.0) >= level for r in rows[-k:])
+    )
+
+
+def run_length(
+    cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu"
+) -> RunRecord:
     """Train one model under one protocol, then score it at every length."""
     task = make_task(cfg.task, **cfg.task_options)
     torch.manual_seed(cfg.seed)
-    model = build_length_model(cfg, task.n_classes)
+    model = build_length_model(cfg, task.n_classes, task.vocab_size)
     loss = get_loss(cfg.loss)
     if cfg.protocol == "fixed":
         data = make_dataset(
-            cfg.task, cfg.n, cfg.train_length, cfg.seed, labels="prefix", **cfg.task_options
+            cfg.task,
+            cfg.n,
+            cfg.train_length,
+            cfg.seed,
+            labels="prefix",
+            leaky=cfg.split == "random",
+            val_fraction=cfg.val_fraction,
+            **cfg.task_options,
         )
         x_test, y_test = data.x_test, data.y_test
+        x_val, y_val = data.x_val, data.y_val
 
         def batches(gen):
             order = torch.randperm(len(data.x_train), generator=gen)
@@ -157,6 +219,8 @@ def run_length(cfg: LengthRun, progress: bool = False) -> RunRecord:
             512, cfg.train_length, torch.Generator().manual_seed(20_000 + cfg.seed)
         )
         y_test = task.prefix_labels(x_test)
+        x_val = task.sample(512, cfg.train_length, torch.Generator().manual_seed(30_000 + cfg.seed))
+        y_val = task.prefix_labels(x_val)
 
         def batches(gen):
             for _ in range(cfg.steps_per_epoch):
@@ -165,11 +229,29 @@ def run_length(cfg: LengthRun, progress: bool = False) -> RunRecord:
                 yield x, task.prefix_labels(x)
 
     def evaluate(m):
-        return {"test_acc": accuracy(predict(m, x_test), y_test)}
+        has_val = x_val is not None and len(x_val)
+        return evaluation_row(
+            predict(m, x_test), y_test, *((predict(m, x_val), y_val) if has_val else (None, None))
+        )
 
-    trainer = Trainer(model, lambda m, x, y: loss(m(x), y), cfg.optim, progress=progress)
+    def fitted(rows):
+        return fit_reached(rows, cfg)
+
+    def on_device(gen):  # batches are sampled on the CPU (seeded), trained where the model is
+        for x, y in batches(gen):
+            yield x.to(device), y.to(device)
+
+    model = model.to(device)
+    x_test, y_test = x_test.to(device), y_test.to(device)
+    if x_val is not None:
+        x_val, y_val = x_val.to(device), y_val.to(device)
+    trainer = Trainer(
+        model, lambda m, x, y: loss(m(x), y), cfg.optim, callbacks=callbacks, progress=progress
+    )
     start = time.perf_counter()
-    result = trainer.fit(cfg.epochs, batches, evaluate, torch.Generator().manual_seed(cfg.seed))
+    result = trainer.fit(
+        cfg.epochs, on_device, evaluate, torch.Generator().manual_seed(cfg.seed), stop_when=fitted
+    )
     seconds = time.perf_counter() - start
     curve = length_curve(model, task, cfg)
     return RunRecord.from_training(
@@ -177,23 +259,11 @@ def run_length(cfg: LengthRun, progress: bool = False) -> RunRecord:
         cfg,
         result,
         n_parameters=count_parameters(model),
+        steps=len(result.step_grad_norms),
         seconds=seconds,
         eval_seconds=time.perf_counter() - start - seconds,
         curve=curve.round(5).to_dict(orient="list"),
     )
-
-
-def sweep_lengths(configs: list[LengthRun], store: RunStore | None = None, progress: bool = True):
-    from tqdm.auto import tqdm
-
-    from structattn_lite.training.trainer import few_threads
-
-    store = store or RunStore()
-    with few_threads():
-        return [
-            store.get_or_run(EXPERIMENT, c, run_length)
-            for c in tqdm(configs, desc="length runs", disable=not progress)
-        ]
 
 
 def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
@@ -202,15 +272,29 @@ def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
     for r in records:
         c = r.config
         curve = pd.DataFrame(r.extra["curve"])
-        for key in ("task", "model", "protocol", "seed", "train_length", "epochs"):
+        for key in (
+            "task",
+            "model",
+            "protocol",
+            "seed",
+            "train_length",
+            "epochs",
+            "n",
+            "batch_size",
+            "loss",
+        ):
             curve[key] = c[key]
-        curve["steps"] = len(r.history) * (
-            c["steps_per_epoch"]
-            if c["protocol"] == "variable"
-            else -(-int(c["n"] * 0.8) // c["batch_size"])
-        )
+        for key in ("split", "stop_at_fit"):
+            curve[key] = c.get(key)
+        curve["lr"], curve["schedule"] = c["optim"]["lr"], c["optim"].get("schedule", "plateau")
+        curve["epochs_run"], curve["status"] = len(r.history), r.status
+        curve["steps"] = r.extra["steps"]
         curve["n_parameters"] = r.extra["n_parameters"]
-        curve["final_test_acc"] = r.history["test_acc"].iloc[-1] if len(r.history) else float("nan")
+        h = r.history
+        curve["final_test_acc"] = h["test_acc"].iloc[-1] if len(h) else float("nan")
+        curve["final_val_seq_acc"] = (
+            h["val_seq_acc"].iloc[-1] if "val_seq_acc" in h else float("nan")
+        )
         frames.append(curve)
     return pd.concat(frames, ignore_index=True)
 
@@ -218,7 +302,9 @@ def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
 # Per-model sizes near CSP's (d=32, 2 layers: ~7-9k parameters) for the length grids.
 MODEL_SIZES = {
     "csp_paper": {"d_model": 32, "n_layers": 2},
-    "csp_upstream": {"d_model": 32, "n_layers": 2},
+    "csp_code_switches": {"d_model": 32, "n_layers": 2},
+    "csp_authors": {"d_model": 32, "n_layers": 3},  # the authors' hidden 32, 3 layers
+    "csp_authors_7d6c56a": {"d_model": 32, "n_layers": 3},
     "lstm": {"d_model": 32, "n_layers": 1},
     "gru": {"d_model": 32, "n_layers": 1},
     "transformer": {"d_model": 32, "n_layers": 1},
@@ -226,24 +312,97 @@ MODEL_SIZES = {
     "diag_rnn_neg": {"d_model": 24, "n_layers": 2},
     "complex_rnn": {"d_model": 20, "n_layers": 2},
 }
-LENGTH_GRIDS = {
-    "smoke": {"tasks": ("parity",), "models": ("lstm", "csp_upstream"), "protocols": ("fixed",),
-              "seeds": (0,), "epochs": 2, "n": 300, "max_eval_length": 64, "n_eval": 32},
-    "quick": {"tasks": ("parity",), "models": ("lstm", "csp_upstream", "diag_rnn_neg"),
-              "protocols": ("fixed",), "seeds": (0,), "epochs": 8, "n": 2000,
-              "max_eval_length": 256, "n_eval": 100},
-    "committed": {"tasks": ("parity", "mod3", "dyck1"), "models": tuple(LENGTH_MODELS),
-                  "protocols": PROTOCOLS, "seeds": (0, 1, 2), "epochs": 12, "n": 2000,
-                  "max_eval_length": 256, "n_eval": 200},
-    "paper": {"tasks": ("parity", "mod3", "dyck1"), "models": tuple(LENGTH_MODELS),
-              "protocols": PROTOCOLS, "seeds": tuple(range(5)), "epochs": 100, "n": 5000,
-              "max_eval_length": 256, "n_eval": 500},
-}  # fmt: skip
+GRIDS = {
+    "smoke": {
+        "tasks": ("parity",),
+        "models": ("lstm", "csp_authors"),
+        "protocols": ("fixed",),
+        "seeds": (0,),
+        "epochs": 2,
+        "n": 300,
+        "max_eval_length": 64,
+        "n_eval": 32,
+    },
+    "quick": {
+        "tasks": ("parity",),
+        "models": ("lstm", "csp_authors", "diag_rnn_neg"),
+        "protocols": ("fixed",),
+        "seeds": (0,),
+        "epochs": 8,
+        "n": 2000,
+        "max_eval_length": 256,
+        "n_eval": 100,
+    },
+    # committed: the fixed protocol at a budget where the training length is fit: every run
+    # trains until its validation whole-string accuracy has held 0.999 for 3 epochs (at
+    # most 60 epochs), 5 seeds. Its curves ship in data/results/length_generalization.csv.gz.
+    "committed": {
+        "tasks": ("parity", "mod3", "dyck1"),
+        "models": tuple(m for m in LENGTH_MODELS if m != "csp_authors_7d6c56a"),
+        "protocols": ("fixed",),
+        "seeds": tuple(range(5)),
+        "epochs": 60,
+        "n": 2000,
+        "max_eval_length": 256,
+        "n_eval": 200,
+        "run": {"stop_at_fit": 0.999},
+    },
+    # authors: the authors' README table, their model (the revision behind each row) and
+    # their protocol: 10,000 i.i.d. strings split 80/20 at random, cross-entropy averaged
+    # over every position, Adam 1e-4 with weight decay 1e-7, cosine to 1e-6 over 300
+    # epochs, clipping at 1.0, batch 64, seeds 0-4; scored on 4,000 fresh strings per
+    # length up to 64 (for a GPU or a cluster: 15 runs of 37,500 steps).
+    "authors": {
+        "tasks": ("parity", "mod3_authors", "dyck1_authors"),
+        "models": {
+            "parity": ("csp_authors",),
+            "mod3_authors": ("csp_authors_7d6c56a",),
+            "dyck1_authors": ("csp_authors_7d6c56a",),
+        },
+        "protocols": ("fixed",),
+        "seeds": tuple(range(5)),
+        "epochs": 300,
+        "n": 10_000,
+        "max_eval_length": 64,
+        "n_eval": 4000,
+        "run": {
+            "split": "random",
+            "val_fraction": 0.0,
+            "loss": "ce_all_positions",
+            "optim": OptimConfig(
+                lr=1e-4, weight_decay=1e-7, schedule="cosine", t_max=300, eta_min=1e-6, clip=1.0
+            ),
+        },
+    },
+    "paper": {
+        "tasks": ("parity", "mod3", "dyck1"),
+        "models": tuple(LENGTH_MODELS),
+        "protocols": PROTOCOLS,
+        "seeds": tuple(range(5)),
+        "epochs": 100,
+        "n": 5000,
+        "max_eval_length": 256,
+        "n_eval": 500,
+    },
+}
 
 
-def length_grid(grid: str) -> list[LengthRun]:
+# authors_short: the authors' grid at a fifth of the epochs (60, the cosine over those 60),
+# the budget two shared CPU cores afford; its curves ship in data/results/length_authors_short.csv.gz.
+GRIDS["authors_short"] = {
+    **GRIDS["authors"],
+    "epochs": 60,
+    "run": {
+        **GRIDS["authors"]["run"],
+        "optim": dataclasses.replace(GRIDS["authors"]["run"]["optim"], t_max=60),
+    },
+}
+
+
+def grid(name: str) -> list[LengthRun]:
     """The runs of a length grid, seed-major (a partial sweep covers every cell)."""
-    spec = LENGTH_GRIDS[check_choice("grid", grid, LENGTH_GRIDS)]
+    spec = GRIDS[check_choice("grid", name, GRIDS)]
+    models = spec["models"]
     return [
         LengthRun(
             task=task,
@@ -256,23 +415,131 @@ def length_grid(grid: str) -> list[LengthRun]:
             seed=seed,
             max_eval_length=spec["max_eval_length"],
             n_eval=spec["n_eval"],
+            **spec.get("run", {}),
         )
         for seed in spec["seeds"]
         for task in spec["tasks"]
         for protocol in spec["protocols"]
-        for model in spec["models"]
+        for model in (models[task] if isinstance(models, dict) else models)
     ]
 
 
-def run_length_grid(
-    grid: str, store: RunStore | None = None, run_missing: bool = True, progress: bool = True
-):
-    """Curves of every run of a grid (``run_missing=False``: only the cached ones)."""
-    store = store or RunStore()
-    if run_missing:
-        records = sweep_lengths(length_grid(grid), store, progress)
-    else:
-        records = [
-            r for r in (store.load(EXPERIMENT, c) for c in length_grid(grid)) if r is not None
-        ]
-    return curves_frame(records).assign(grid=grid) if records else pd.DataFrame()
+# Lengths kept in the committed curves (every length up to 16, then sparser): compact
+# enough to ship, dense enough for the figure and the L = 16..256 table.
+KEPT_LENGTHS = [*range(1, 17), *range(18, 33, 2), *range(40, 257, 8)]
+COMMITTED_CSV = {
+    "committed": "length_generalization.csv.gz",
+    "authors": "length_authors.csv.gz",
+    "authors_short": "length_authors_short.csv.gz",
+}
+
+
+def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
+    """Write the runs' curves at the kept lengths to data/results (one row per run and length)."""
+    curves = curves_frame(records).assign(grid=grid)
+    curves = curves[curves["length"].isin(KEPT_LENGTHS)]
+    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metrics = ["seq_acc", "unseen_acc", "all_acc", "final_test_acc", "final_val_seq_acc"]
+    curves = curves.assign(**{m: curves[m].round(4) for m in metrics if m in curves})
+    curves.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
+    return [path]
+
+
+Config = LengthRun
+run = run_length
+
+
+def run_seeds(configs: list[LengthRun], progress: bool = False, device: str = "cpu"):
+    """``run_length`` for configs equal but for their seed, trained together as one stacked
+    model (``training.seed_batching``); one record per seed, as ``run_length`` makes it.
+
+    Only the fixed protocol with a model that has a stacked form is stacked; anything else
+    runs one seed at a time.
+    """
+    from structattn_lite.training.seed_batching import (
+        StackedTrainer,
+        per_seed_loss,
+        stack_models,
+        unstack_model,
+    )
+
+    configs = list(configs)
+    cfg0 = configs[0]
+    task = make_task(cfg0.task, **cfg0.task_options)
+    models, data = [], []
+    for c in configs:
+        data.append(
+            make_dataset(
+                c.task,
+                c.n,
+                c.train_length,
+                c.seed,
+                labels="prefix",
+                leaky=c.split == "random",
+                val_fraction=c.val_fraction,
+                **c.task_options,
+            )
+        )
+        torch.manual_seed(c.seed)
+        models.append(build_length_model(c, task.n_classes, task.vocab_size))
+    stacked = stack_models(models) if cfg0.protocol == "fixed" else None
+    if stacked is None:
+        return [run_length(c, progress=progress, device=device) for c in configs]
+    n_seeds, stacked = len(configs), stacked.to(device)
+
+    def stack(name):
+        parts = [getattr(d, name) for d in data]
+        return None if parts[0] is None else torch.stack(parts).to(device)
+
+    x_train, y_train, x_test, y_test = (
+        stack(n) for n in ("x_train", "y_train", "x_test", "y_test")
+    )
+    x_val, y_val = stack("x_val"), stack("y_val")
+    has_val = x_val is not None and x_val.shape[1] > 0
+    loss = per_seed_loss(cfg0.loss)
+    seeds = torch.arange(n_seeds, device=device)[:, None]
+
+    def batches(generators):
+        orders = torch.stack([torch.randperm(x_train.shape[1], generator=g) for g in generators])
+        orders = orders.to(device)
+        for i in range(0, orders.shape[1], cfg0.batch_size):
+            idx = orders[:, i : i + cfg0.batch_size]
+            yield x_train[seeds, idx], y_train[seeds, idx]
+
+    def evaluate(model):
+        p_test = model.predict(x_test)
+        p_val = model.predict(x_val) if has_val else None
+        out = []
+        for s in range(n_seeds):
+            val = (p_val[s], y_val[s]) if has_val else (None, None)
+            out.append(evaluation_row(p_test[s], y_test[s], *val))
+        return out
+
+    def fitted(rows):
+        return fit_reached(rows, cfg0)
+
+    trainer = StackedTrainer(stacked, lambda m, x, y: loss(m(x), y), cfg0.optim)
+    generators = [torch.Generator().manual_seed(c.seed) for c in configs]
+    start = time.perf_counter()
+    results = trainer.fit(cfg0.epochs, batches, evaluate, generators, stop_when=fitted)
+    seconds = (time.perf_counter() - start) / n_seeds
+    records = []
+    for s, (c, result) in enumerate(zip(configs, results, strict=True)):
+        eval_start = time.perf_counter()
+        model = unstack_model(stacked, s, models[s]).cpu()
+        curve = length_curve(model, task, c)
+        records.append(
+            RunRecord.from_training(
+                EXPERIMENT,
+                c,
+                result,
+                n_parameters=count_parameters(model),
+                steps=len(result.step_grad_norms),
+                seconds=seconds,
+                eval_seconds=time.perf_counter() - eval_start,
+                curve=curve.round(5).to_dict(orient="list"),
+                seed_batched=n_seeds,
+            )
+        )
+    return records

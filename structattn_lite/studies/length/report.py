@@ -1,7 +1,7 @@
 """Length-generalization tables, figure and widget, and the leakage of random splits.
 
 Reads the long table of ``length_study.curves_frame`` (committed as
-``data/results/length_generalization.csv``): one row per (run, evaluated length).
+``data/results/length_generalization.csv.gz``): one row per (run, evaluated length).
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ import math
 
 import pandas as pd
 
-from structattn_lite.data.tasks import make_dataset
 from structattn_lite.studies.length.experiment import TABLE_LENGTHS
 
-LENGTH_CSV = "length_generalization.csv"
 METRICS = {
     "seq_acc": "whole string (label at position L)",
     "unseen_acc": "positions beyond the training length",
@@ -22,22 +20,38 @@ METRICS = {
 
 # Authors' README: trained at T=16, mean over 5 seeds, accuracy at L = 16 / 32 / 64.
 AUTHORS = {
-    "parity": {"RNN": (1.000, 1.000, 1.000), "complex RNN": (1.000, 0.999, 0.994),
-               "CSP-Vanilla": (1.000, 0.922, 0.716), "CSP-Fast": (0.962, 0.790, 0.645),
-               "Mamba-neg": (0.967, 0.776, 0.638), "Transformer": (0.976, 0.727, 0.600)},
-    "mod3": {"RNN": (1.000, 1.000, 1.000), "complex RNN": (1.000, 0.996, 0.983),
-             "CSP-Vanilla": (1.000, 0.980, 0.921), "CSP-Fast": (1.000, 0.974, 0.876),
-             "Mamba-neg": (1.000, 0.803, 0.565), "Transformer": (0.999, 0.646, 0.475)},
-    "dyck1": {"Transformer": (1.000, 0.995, 0.983), "RNN": (1.000, 0.999, 0.990),
-              "complex RNN": (1.000, 1.000, 0.984), "CSP-Vanilla": (0.999, 0.972, 0.857),
-              "CSP-Fast": (0.993, 0.966, 0.919), "Mamba-neg": (1.000, 0.981, 0.900)},
-}  # fmt: skip
-# Our closest counterpart of each authors' model (approximate: their code is not ours).
+    "parity": {
+        "RNN": (1.000, 1.000, 1.000),
+        "complex RNN": (1.000, 0.999, 0.994),
+        "CSP-Vanilla": (1.000, 0.922, 0.716),
+        "CSP-Fast": (0.962, 0.790, 0.645),
+        "Mamba-neg": (0.967, 0.776, 0.638),
+        "Transformer": (0.976, 0.727, 0.600),
+    },
+    "mod3": {
+        "RNN": (1.000, 1.000, 1.000),
+        "complex RNN": (1.000, 0.996, 0.983),
+        "CSP-Vanilla": (1.000, 0.980, 0.921),
+        "CSP-Fast": (1.000, 0.974, 0.876),
+        "Mamba-neg": (1.000, 0.803, 0.565),
+        "Transformer": (0.999, 0.646, 0.475),
+    },
+    "dyck1": {
+        "Transformer": (1.000, 0.995, 0.983),
+        "RNN": (1.000, 0.999, 0.990),
+        "complex RNN": (1.000, 1.000, 0.984),
+        "CSP-Vanilla": (0.999, 0.972, 0.857),
+        "CSP-Fast": (0.993, 0.966, 0.919),
+        "Mamba-neg": (1.000, 0.981, 0.900),
+    },
+}
+# Our closest counterpart of each authors' model (exact for csp_authors; the rest are our
+# own implementations of the same kind of model).
 COUNTERPART = {
     "lstm": "RNN",
     "gru": "RNN",
     "complex_rnn": "complex RNN",
-    "csp_upstream": "CSP-Vanilla",
+    "csp_authors": "CSP-Vanilla",
     "diag_rnn_neg": "Mamba-neg",
     "transformer": "Transformer",
 }
@@ -88,6 +102,7 @@ def length_table(
 
 
 def length_caption(curves: pd.DataFrame) -> str:
+    """The grid a table came from, read from the runs' own config columns."""
     seeds = sorted(curves["seed"].unique().tolist())
     per_cell = curves.groupby(["task", "protocol", "model"])["seed"].nunique()
     spread = (
@@ -95,27 +110,50 @@ def length_caption(curves: pd.DataFrame) -> str:
         if per_cell.min() == per_cell.max()
         else f"{per_cell.min()}-{per_cell.max()}"
     )
-    epochs = "/".join(str(e) for e in sorted(curves["epochs"].unique().tolist()))
     grid = curves["grid"].iloc[0] if "grid" in curves else "?"
+    runs = curves.drop_duplicates(["task", "protocol", "model", "seed"])
+
+    def values(column, fmt="{}"):
+        if column not in runs:
+            return "?"
+        return "/".join(fmt.format(v) for v in sorted(runs[column].dropna().unique().tolist()))
+
+    stop = values("stop_at_fit")
+    stop_text = (
+        f"; stopped once validation whole-string accuracy held {stop} (early stops read "
+        "validation only)"
+        if stop not in ("?", "")
+        else ""
+    )
+    steps = runs["steps"]
     return (
-        f"grid '{grid}': {curves.groupby(['task', 'protocol', 'model', 'seed']).ngroups} runs; "
-        f"{spread} seeds per model and task (seeds {seeds}); {epochs} epochs of ~25 steps (batch 64); fixed: train at T=16 on a "
-        "disjoint train/test split; variable: fresh strings, lengths 1..40 per batch; "
-        "cross-entropy, Adam 1e-3; parity/mod-3 scored at every length 1..256, Dyck-1 on a grid "
-        "of even lengths (balanced 50/50 at each)"
+        f"grid '{grid}': {len(runs)} runs; {spread} seeds per model and task (seeds {seeds}); "
+        f"trained at T = {values('train_length')} on n = {values('n')} strings "
+        f"({values('split')} split), batch {values('batch_size')}, {values('loss')} loss, "
+        f"Adam lr {values('lr', '{:g}')} ({values('schedule')}); at most {values('epochs')} "
+        f"epochs, {int(steps.min())}-{int(steps.max())} steps (median {int(steps.median())})"
+        f"{stop_text}; scored on fresh strings at every length up to "
+        f"{int(curves['length'].max())} (Dyck-1 on a grid of even lengths)"
     )
 
 
 def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
-    """Accuracy vs evaluation length: one panel per (protocol, task), one line per model."""
+    """Accuracy vs evaluation length: one panel per (protocol, task), one line per model
+    (each its own colour, dash and marker, so lines that coincide stay visible)."""
     import matplotlib.pyplot as plt
+
+    from structattn_lite.report import figure_size, line_style
 
     tasks = [t for t in ("parity", "mod3", "dyck1") if t in set(curves["task"])]
     protocols = [p for p in ("fixed", "variable") if p in set(curves["protocol"])]
     models = models or list(dict.fromkeys(curves["model"]))
-    fig, axes = plt.subplots(len(protocols), len(tasks), figsize=(4.2 * len(tasks), 3.2 * len(protocols)),
-                             squeeze=False, sharey=True)  # fmt: skip
-    colors = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(
+        len(protocols),
+        len(tasks),
+        figsize=figure_size(2, height=2.3 * len(protocols) + 0.7),
+        squeeze=False,
+        sharey=True,
+    )
     for i, proto in enumerate(protocols):
         for j, task in enumerate(tasks):
             ax = axes[i][j]
@@ -124,110 +162,206 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
                 g = sub[sub["model"] == model].groupby("length")[metric]
                 m, s = g.mean(), g.std().fillna(0)
                 if len(m):
-                    ax.plot(m.index, m.values, label=model, color=colors(k), lw=1.3)
-                    ax.fill_between(m.index, m - s, m + s, color=colors(k), alpha=0.15, lw=0)
+                    style = line_style(k)
+                    ax.plot(m.index, m.values, label=model, lw=1, markevery=0.12, **style)
+                    ax.fill_between(m.index, m - s, m + s, color=style["color"], alpha=0.12, lw=0)
             ax.axvline(16 if proto == "fixed" else 40, color="grey", ls=":", lw=1)
             ax.set_xscale("log", base=2)
             ax.set_title(f"{task}, {proto} protocol", fontsize=9)
             ax.set_xlabel("evaluation length L")
             if j == 0:
-                ax.set_ylabel(metric)
+                ax.set_ylabel(
+                    "accuracy: " + METRICS[metric].split(" (")[0].replace("positions ", "")
+                )
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colors(k), lw=1.5) for k in range(len(models))]
-    fig.legend(
-        handles, models, loc="lower center", ncol=min(len(models), 8), fontsize=8, frameon=False
-    )
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    handles = [Line2D([], [], lw=1, **line_style(k)) for k in range(len(models))]
+    fig.legend(handles, models, loc="lower center", ncol=min(len(models), 5), frameon=False)
+    fig.tight_layout(rect=(0, 0.11, 1, 1))
     return fig
 
 
-def leakage_table(tasks=("parity", "mod3", "dyck1"), sizes=None, length: int = 16, seeds=(0, 1, 2)):
-    """Share of test strings (and prefixes) also in training: random split vs disjoint."""
-    from structattn_lite.data.tasks import PAPER_N
-
-    sizes = sizes or {
-        "paper sizes": PAPER_N,
-        "ablation grid": dict.fromkeys(tasks, 1000),
-        "length grid": dict.fromkeys(tasks, 2000),
-    }
-    rows = []
-    for label, ns in sizes.items():
-        for task in tasks:
-            for split, leaky in (("random (paper)", True), ("disjoint (ours)", False)):
-                stats = []
-                for seed in seeds:
-                    try:
-                        stats.append(make_dataset(task, ns[task], length, seed, leaky=leaky).stats)
-                    except ValueError:  # too few distinct strings exist for a disjoint split
-                        stats.append(None)
-                ok = [s for s in stats if s is not None]
-                rows.append(
-                    {
-                        "data": label,
-                        "task": task,
-                        "n": ns[task],
-                        "split": split,
-                        "distinct strings": sum(s["n_distinct"] for s in ok) / len(ok)
-                        if ok
-                        else math.nan,
-                        "test strings in train": sum(s["test_in_train"] for s in ok) / len(ok)
-                        if ok
-                        else math.nan,
-                        "test prefixes in train": sum(s["test_prefixes_in_train"] for s in ok)
-                        / len(ok)
-                        if ok
-                        else math.nan,
-                    }
-                )
-    return pd.DataFrame(rows).set_index(["data", "task", "n", "split"])
-
-
-def length_browser(curves: pd.DataFrame, metric: str = "seq_acc"):
-    """Pick task, model, protocol (and metric): the curve per seed and the table row."""
-    import ipywidgets as widgets
+def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
+    """Pick a source (committed grid, profile runs), task, model, protocol and metric: the
+    curve per seed and the table row."""
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    pick = {
-        "task": widgets.Dropdown(options=sorted(curves["task"].unique()), description="task"),
-        "model": widgets.Dropdown(
-            options=list(dict.fromkeys(curves["model"])), description="model"
-        ),
-        "protocol": widgets.Dropdown(
-            options=sorted(curves["protocol"].unique()), description="protocol"
-        ),
-        "metric": widgets.Dropdown(options=list(METRICS), value=metric, description="metric"),
-    }
-    table = length_table(curves, metric)
+    from structattn_lite.report import browser
 
-    def show(task, model, protocol, metric):
+    def choices(curves):
+        return {k: curves[k].tolist() for k in ("task", "model", "protocol")}
+
+    def show(curves, task, model, protocol, metric):
         sub = curves[
             (curves["task"] == task) & (curves["model"] == model) & (curves["protocol"] == protocol)
         ]
+        if sub.empty:
+            print("no run for this choice in this source")
+            return
         fig, ax = plt.subplots(figsize=(6, 3))
         for seed, g in sub.groupby("seed"):
             ax.plot(g["length"], g[metric], lw=1, label=f"seed {seed}")
-        ax.axvline(16 if protocol == "fixed" else 40, color="grey", ls=":")
-        ax.set(xscale="log", xlabel="evaluation length L", ylabel=metric, ylim=(-0.02, 1.02))
-        ax.set_title(f"{model} on {task} ({protocol}): {METRICS[metric]}", fontsize=9)
+        ax.axvline(int(sub["train_length"].iloc[0]), color="grey", ls=":", label="training length")
+        ax.set(
+            xscale="log",
+            xlabel="evaluation length L (symbols)",
+            ylim=(-0.02, 1.02),
+            ylabel=METRICS[metric],
+        )
+        ax.set_title(f"{model} on {task} ({protocol})", fontsize=9)
         ax.legend(fontsize=7)
         plt.show()
+        table = length_table(curves, metric)
         key = (task, protocol, model)
-        display(length_table(curves, metric).loc[[key]] if key in table.index else "no runs")
+        display(table.loc[[key]] if key in table.index else "no table row")
 
-    out = widgets.interactive_output(show, pick)
-    return widgets.VBox([widgets.HBox(list(pick.values())), out])
+    return browser(sources, choices, show, extra={"metric": list(METRICS)})
 
 
-def results_path():
+def load_curves(grid: str = "committed") -> pd.DataFrame:
+    """A committed grid's curves from data/results ("committed", "authors_short", ...);
+    an empty frame for a grid whose file is not there."""
     from structattn_lite.config import results_dir
+    from structattn_lite.studies.length.experiment import COMMITTED_CSV
 
-    return results_dir() / LENGTH_CSV
-
-
-def load_curves() -> pd.DataFrame:
-    path = results_path()
+    path = results_dir() / COMMITTED_CSV[grid]
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run the committed length grid first")
+        if grid == "committed":
+            raise FileNotFoundError(f"{path} is missing; run the committed length grid first")
+        return pd.DataFrame()
     return pd.read_csv(path)
+
+
+# --- prose rendered from the curves (no number in notebook 05 is typed by hand) -------
+
+FIT = 0.99  # a model "fits" its training length when its whole-string accuracy reaches this
+HOLDS = 0.95  # and "holds" a length while its mean whole-string accuracy stays at or above this
+
+
+def reach(curves: pd.DataFrame, task: str, protocol: str, model: str) -> dict:
+    """Whole-string accuracy at the training length, the longest length it holds, and at
+    the longest evaluated length (means over seeds)."""
+    sub = curves[
+        (curves["task"] == task) & (curves["protocol"] == protocol) & (curves["model"] == model)
+    ]
+    mean = sub.groupby("length")["seq_acc"].mean()
+    train = int(sub["train_length"].iloc[0])
+    at_train = mean.loc[:train].iloc[-1]
+    beyond = mean.loc[train:]
+    broken = beyond[beyond < HOLDS]
+    holds = int(beyond.index[-1]) if broken.empty else int(mean.loc[: broken.index[0]].index[-2])
+    return {
+        "train": train,
+        "at_train": at_train,
+        "holds": holds if at_train >= HOLDS else None,
+        "longest": int(mean.index[-1]),
+        "at_longest": mean.iloc[-1],
+        "seeds": sub["seed"].nunique(),
+    }
+
+
+def findings(curves: pd.DataFrame) -> dict[str, str]:
+    """Notebook 05's prose, as Markdown rendered from the committed curves."""
+    out = {}
+    for protocol in sorted(curves["protocol"].unique()):
+        lines = []
+        for task in ("parity", "mod3", "dyck1"):
+            models = curves[(curves["protocol"] == protocol) & (curves["task"] == task)]
+            parts = []
+            for model in dict.fromkeys(models["model"]):
+                r = reach(curves, task, protocol, model)
+                if r["at_train"] < FIT:
+                    parts.append(f"{model} does not fit T = {r['train']} ({r['at_train']:.2f})")
+                elif r["holds"] == r["longest"]:
+                    parts.append(
+                        f"{model} holds ≥ {HOLDS} to L = {r['longest']} ({r['at_longest']:.2f})"
+                    )
+                else:
+                    parts.append(
+                        f"{model} fits T = {r['train']} and holds to L = {r['holds']} "
+                        f"({r['at_longest']:.2f} at {r['longest']})"
+                    )
+            if parts:
+                lines.append(f"- **{task}**: " + "; ".join(parts) + ".")
+        out[protocol] = (
+            f"**Read from the curves ({protocol} protocol; whole-string accuracy, mean over "
+            f"seeds; fits = at least {FIT} at the training length).**\n\n" + "\n".join(lines)
+        )
+    table = length_table(curves, "all_acc", protocol="fixed")
+    rows = []
+    for (task, _, model), row in table.iterrows():
+        if row["authors' model"] == "-":
+            continue
+        ours = " / ".join(row[f"L={n}"].split(" ±")[0] for n in (16, 32, 64))
+        theirs = " / ".join(row[f"authors L={n}"] for n in (16, 32, 64))
+        rows.append(
+            f"- {task}, {model} (theirs: {row['authors' + chr(39) + ' model']}): "
+            f"ours {ours}, theirs {theirs}"
+        )
+    out["authors"] = (
+        "**Ours against the authors' README at L = 16 / 32 / 64 (all positions).**\n\n"
+        + "\n".join(rows)
+    )
+    return out
+
+
+# --- the authors' README table, reproduced with their model and protocol ----------------
+
+AUTHORS_TASK = {"parity": "parity", "mod3_authors": "mod3", "dyck1_authors": "dyck1"}
+MAX_HALF_WIDTH = 0.10  # wider 95% intervals decide nothing (the rule of notebook 04)
+
+
+def authors_table(curves: pd.DataFrame, lengths=(16, 32, 64)) -> pd.DataFrame:
+    """Ours (all positions, the README's metric; and whole string) beside the authors'
+    CSP-Vanilla row, with a 95% t-interval over seeds and a verdict per length."""
+    from scipy.stats import t
+
+    rows = []
+    for task, g in curves.groupby("task", sort=False):
+        published = AUTHORS.get(AUTHORS_TASK.get(task, task), {}).get("CSP-Vanilla")
+        for length in lengths:
+            at = g[g["length"] == length]
+            if at.empty:
+                continue
+            n = at["seed"].nunique()
+            mean, sd = at["all_acc"].mean(), at["all_acc"].std()
+            half = float(t.ppf(0.975, n - 1) * sd / math.sqrt(n)) if n > 1 else math.nan
+            theirs = published[lengths.index(length)] if published else math.nan
+            if math.isnan(theirs) or math.isnan(half):
+                verdict = "no interval" if not math.isnan(theirs) else "no published number"
+            elif half > MAX_HALF_WIDTH:  # the seeds disagree too much to decide
+                verdict = f"inconclusive (95% CI ±{half:.2f})"
+            elif abs(mean - theirs) <= half:
+                verdict = "theirs inside our 95% CI"
+            else:
+                verdict = f"ours {'higher' if mean > theirs else 'lower'} (95% CI excludes theirs)"
+            rows.append(
+                {
+                    "task": task,
+                    "L": length,
+                    "model": g["model"].iloc[0],
+                    "seeds": n,
+                    "ours, all positions": f"{mean:.3f} ± {half:.3f}",
+                    "authors' README": "-" if math.isnan(theirs) else f"{theirs:.3f}",
+                    "verdict": verdict,
+                    "ours, whole string": f"{at['seq_acc'].mean():.3f}",
+                }
+            )
+    return pd.DataFrame(rows).set_index(["task", "L"])
+
+
+def authors_findings(table: pd.DataFrame, caption: str) -> str:
+    """The authors' table in words, from the table."""
+    if table.empty:
+        return "No records of this grid yet."
+    inside = (table["verdict"] == "theirs inside our 95% CI").sum()
+    lower = table["verdict"].str.startswith("ours lower").sum()
+    higher = table["verdict"].str.startswith("ours higher").sum()
+    unsure = table["verdict"].str.startswith("inconclusive").sum()
+    return (
+        f"Of {len(table)} (task, length) cells, the authors' number lies inside our 95% "
+        f"interval in {inside}; ours is lower in {lower} and higher in {higher}; "
+        f"{unsure} are inconclusive (interval wider than ±{MAX_HALF_WIDTH}). "
+        f"Grid: {caption}."
+    )

@@ -1,0 +1,102 @@
+"""The README's findings, rendered from the committed results of every study.
+
+``render()`` builds the section from ``data/results``; ``structattn findings --write``
+puts it into README.md between two markers, and a test fails when the README's copy
+differs from what the committed tables say, so a re-run cannot leave stale numbers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from structattn_lite.config import repo_root
+
+START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+
+
+def _grokking() -> str:
+    from structattn_lite.studies.grokking import experiment, report
+
+    records = experiment.committed_records()
+    if not records:
+        return "**CSP grokking (notebook 03).** No committed grid."
+    table = report.grokking_table(records)
+    cells = "; ".join(
+        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100% (gap {r.gap_ours}; "
+        f"paper {r.gap_paper})"
+        for r in table.itertuples()
+    )
+    return f"**CSP grokking (notebook 03, committed grid).** {cells}."
+
+
+def _ablations() -> str:
+    from structattn_lite.studies.ablations import report
+
+    results = report.load_results()
+    return f"**Ablations (notebook 04).** {report.findings(results)['summary']} " + (
+        f"Grid: {report.grid_caption(results)}."
+    )
+
+
+def _length() -> str:
+    from structattn_lite.studies.length import report
+
+    curves = report.load_curves()
+    fixed = curves[curves["protocol"] == "fixed"]
+    parts = []
+    for task in ("parity", "mod3", "dyck1"):
+        held = [
+            m
+            for m in dict.fromkeys(fixed[fixed["task"] == task]["model"])
+            if (r := report.reach(curves, task, "fixed", m))["holds"] == r["longest"]
+        ]
+        longest = int(fixed["length"].max())
+        parts.append(f"{task}: {', '.join(held) or 'no model'} up to L = {longest}")
+    return (
+        "**Length generalization (notebook 05, fixed protocol).** Models that hold whole-string "
+        f"accuracy ≥ {report.HOLDS} from their training length to the longest length: "
+        + "; ".join(parts)
+        + f". Grid: {report.length_caption(curves)}."
+    )
+
+
+def _authors() -> str:
+    from structattn_lite.studies.length import report
+
+    for grid in ("authors", "authors_short"):
+        curves = report.load_curves(grid)
+        if not curves.empty:
+            break
+    else:
+        return "**The authors' own length table (notebook 05).** No committed grid yet."
+    table = report.authors_table(curves)
+    cells = "; ".join(
+        f"{task} L = {length}: ours {row['ours, all positions']} vs theirs "
+        f"{row[chr(39).join(['authors', ' README'])]} ({row['verdict']})"
+        for (task, length), row in table.iterrows()
+    )
+    return (
+        f"**The authors' own model and protocol (notebook 05, grid `{grid}`), all positions, "
+        f"mean ± 95% CI over seeds.** {cells}. Grid: {report.length_caption(curves)}."
+    )
+
+
+def render() -> str:
+    """The findings section, from the committed tables."""
+    return "\n\n".join([_grokking(), _ablations(), _length(), _authors()])
+
+
+def readme_section(text: str | None = None) -> str:
+    """The findings currently in README.md (between the markers)."""
+    text = text if text is not None else (repo_root() / "README.md").read_text()
+    match = re.search(re.escape(START) + r"\n(.*?)\n" + re.escape(END), text, re.S)
+    if not match:
+        raise ValueError(f"README.md has no {START} ... {END} section")
+    return match.group(1)
+
+
+def write_readme() -> None:
+    path = repo_root() / "README.md"
+    text = path.read_text()
+    old = readme_section(text)
+    path.write_text(text.replace(f"{START}\n{old}\n{END}", f"{START}\n{render()}\n{END}"))

@@ -1,0 +1,74 @@
+"""Numbers in prose come from data: the README's findings are the committed tables
+rendered, and no notebook's Markdown types a result by hand."""
+
+import json
+import re
+from pathlib import Path
+
+from structattn_lite import findings
+from structattn_lite.studies.ablations.experiment import (
+    MAX_HALF_WIDTH,
+    PAPER_TABLE3,
+    PAPER_TABLE4,
+    ROUNDING,
+)
+from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP
+from structattn_lite.studies.length.experiment import GRIDS as LENGTH_GRIDS
+from structattn_lite.studies.length.report import AUTHORS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Decimals a notebook may type: the papers' and the authors' published numbers (held in
+# the package, beside which ours are shown), and facts about the tasks themselves.
+TASK_FACTS = {
+    0.5,  # chance on parity and on balanced Dyck-1
+    0.67,  # majority class of "divisible by 3" (two thirds are not)
+    0.625,  # (16 + 0.5 (64 - 16)) / 64: chance beyond T = 16 on all 64 positions
+    0.25,  # the focal loss's alpha, a setting named in prose
+    ROUNDING,  # the verdict rule's rounding margin
+    MAX_HALF_WIDTH,  # the verdict rule's largest interval half-width
+    0.95,  # the confidence level of every interval
+    LENGTH_GRIDS["committed"]["run"]["stop_at_fit"],  # the committed length grid's fit-stop
+}
+
+
+def published() -> set[float]:
+    values = set(PAPER_TABLE3.values())
+    values |= {v for row in PAPER_TABLE4.values() for v in row}
+    values |= {v for pair in PAPER_GROKKING_GAP.values() for v in pair}
+    values |= {v for task in AUTHORS.values() for row in task.values() for v in row}
+    return {round(v, 3) for v in values if v == v}
+
+
+def typed_numbers(text: str) -> list[float]:
+    """Decimals and percentages in Markdown (integers such as 2^16 = 65,536 are counts)."""
+    text = re.sub(r"\$[^$]*\$", "", text)  # formulas are derivations, not results
+    text = re.sub(r"(?i)(section|table|eq\.|version) \d+(\.\d+)*", "", text)  # references
+    found = [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", text)]
+    found += [float(x) / 100 for x in re.findall(r"(\d+(?:\.\d+)?)%", text)]
+    return found
+
+
+def test_readme_findings_are_the_committed_tables_rendered():
+    assert findings.readme_section() == findings.render(), (
+        "README findings differ from data/results: run `structattn findings --write`"
+    )
+
+
+def test_no_notebook_types_a_result_in_its_prose():
+    allowed = published() | {round(v, 3) for v in TASK_FACTS}
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        for i, cell in enumerate(cells):
+            if cell["cell_type"] != "markdown":
+                continue
+            for value in typed_numbers("".join(cell["source"])):
+                assert round(value, 3) in allowed, (
+                    f"{path.name} cell {i} types the number {value}; render it from the "
+                    "records (display(Markdown(...))) or name it in TASK_FACTS with why"
+                )
+
+
+def test_the_prose_checker_catches_a_typed_result():
+    assert typed_numbers("parity reaches 0.97 and 62% of test strings leak") == [0.97, 0.62]
+    assert typed_numbers("$C_8 = 1.430$, section 2.4 and version 2.14.1") == []
