@@ -1,10 +1,33 @@
-"""Execute the numbered notebooks with papermill and render them to HTML reports."""
+"""Execute the numbered notebooks with papermill and render them to HTML reports.
+
+The reports read correctly with no network: MathJax (from the ``jupyter-server-mathjax``
+package) and the widget manager that draws the saved widget state (npm's
+``@jupyter-widgets/html-manager`` with ``requirejs``) are copied into ``reports/assets/`` at
+export time and the HTML points there, not at a CDN. Nothing vendored is committed: the npm
+tarballs are fetched once with ``npm pack`` into the virtual environment's share folder.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 from structattn_lite.config import check_profile, repo_root
+
+# ipywidgets 8 saves widget state version 2, which html-manager 1.x draws.
+NPM_PACKAGES = {"html-manager": "@jupyter-widgets/html-manager@^1.0", "requirejs": "requirejs@^2.3"}
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
+
+# jupyter-server-mathjax ships MathJax 2 with the STIX-Web fonts only (no TeX fonts): say so,
+# or MathJax looks for fonts that are not there and falls back to the system's.
+_MATHJAX_FONTS = """<script type="text/x-mathjax-config">
+MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null}});
+</script>
+"""
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
@@ -14,23 +37,107 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     return found
 
 
-def run_notebooks(profile: str, only: list[str] | None = None) -> list[Path]:
-    """Run each notebook in order with ``PROFILE=profile``; write reports/<name>.{ipynb,html}."""
+def _npm_cache() -> Path:
+    """Unpacked npm tarballs, beside the virtual environment's other shared files."""
+    return Path(sys.prefix) / "share" / "structattn_lite" / "npm"
+
+
+def npm_package(name: str) -> Path:
+    """The unpacked folder of one of ``NPM_PACKAGES``, fetched with ``npm pack`` once."""
+    if name not in NPM_PACKAGES:
+        raise ValueError(f"name={name!r} is not allowed; choose one of {sorted(NPM_PACKAGES)}")
+    folder = _npm_cache() / name
+    if (folder / "package.json").exists():
+        return folder
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError(
+            "npm is needed once to fetch the widget manager for offline reports "
+            f"({NPM_PACKAGES[name]}); install Node.js and npm (Debian: apt-get install npm)"
+        )
+    tmp = _npm_cache() / f".{name}.download"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    subprocess.run(
+        [npm, "pack", "--silent", NPM_PACKAGES[name], "--pack-destination", str(tmp)],
+        check=True,
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+    )
+    (tarball,) = tmp.glob("*.tgz")
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp, filter="data")
+    shutil.rmtree(folder, ignore_errors=True)
+    (tmp / "package").rename(folder)  # complete folders only: a failed fetch leaves none
+    shutil.rmtree(tmp)
+    return folder
+
+
+def _copy_tree_once(src: Path, dst: Path, *ignore: str) -> None:
+    if not dst.exists():
+        part = dst.with_name(dst.name + ".part")
+        shutil.copytree(src, part, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*ignore))
+        os.replace(part, dst)
+
+
+def offline_assets(out_dir: Path) -> dict[str, str]:
+    """Copy MathJax, require.js and the widget manager to ``out_dir/assets``; return the
+    ``HTMLExporter`` settings that point at them (relative, so the folder can move)."""
+    import jupyter_server_mathjax
+
+    assets = out_dir / "assets"
+    assets.mkdir(parents=True, exist_ok=True)
+    _copy_tree_once(Path(jupyter_server_mathjax.__file__).parent / "static", assets / "mathjax")
+    # embed.js is the non-AMD build of the same manager; source maps only help debugging
+    _copy_tree_once(
+        npm_package("html-manager") / "dist", assets / "html-manager", "*.map", "embed.js"
+    )
+    shutil.copyfile(npm_package("requirejs") / "require.js", assets / "require.js")
+    return {
+        "mathjax_url": f"assets/mathjax/MathJax.js?config={MATHJAX_CONFIG}",
+        "require_js_url": "assets/require.js",
+        "widget_renderer_url": "assets/html-manager/embed-amd.js",
+    }
+
+
+def export_html(notebook: Path, out_dir: Path | None = None) -> Path:
+    """Render an executed notebook to ``out_dir/<name>.html`` that works offline."""
     import nbformat
-    import papermill as pm
     from nbconvert import HTMLExporter
 
+    out_dir = Path(out_dir or notebook.parent)
+    exporter = HTMLExporter(**offline_assets(out_dir))
+    html, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    mathjax_script = f'<script src="{exporter.mathjax_url}">'
+    if mathjax_script not in html:
+        raise RuntimeError("nbconvert's template no longer loads MathJax where expected")
+    html = html.replace(mathjax_script, _MATHJAX_FONTS + mathjax_script, 1)
+    target = out_dir / notebook.with_suffix(".html").name
+    target.write_text(html, encoding="utf-8")
+    return target
+
+
+def run_notebooks(
+    profile: str, only: list[str] | None = None, out_dir: Path | None = None, device: str = "cpu"
+) -> list[Path]:
+    """Run each notebook in order with ``PROFILE=profile`` (and ``DEVICE=device`` where the
+    notebook trains); write ``<out_dir>/<name>.ipynb`` and an offline ``.html``
+    (``out_dir`` defaults to ``reports/``)."""
+    import papermill as pm
+
+    from structattn_lite.config import resolve_device
+
     check_profile(profile)
-    reports = repo_root() / "reports"
-    reports.mkdir(exist_ok=True)
+    device = resolve_device(device)
+    reports = Path(out_dir) if out_dir else repo_root() / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
     written = []
     for nb in notebooks(only):
         out = reports / nb.name
         print(f"[study] {nb.name} (profile={profile})", flush=True)
-        pm.execute_notebook(
-            nb, out, parameters={"PROFILE": profile}, cwd=nb.parent, progress_bar=False
-        )
-        html, _ = HTMLExporter().from_notebook_node(nbformat.read(out, as_version=4))
-        out.with_suffix(".html").write_text(html)
-        written.append(out.with_suffix(".html"))
+        parameters = {"PROFILE": profile}
+        if "DEVICE" in nb.read_text():  # only notebooks that train take a device
+            parameters["DEVICE"] = device
+        pm.execute_notebook(nb, out, parameters=parameters, cwd=nb.parent, progress_bar=False)
+        written.append(export_html(out, reports))
     return written

@@ -1,0 +1,231 @@
+"""The dashboards in a real browser: JupyterLab, the Voila teaching app, an offline report.
+
+Playwright drives Debian's Chromium (never a browser Playwright downloads). Each test
+fails with what it saw; it is skipped, saying why, only when no browser can run here.
+Screenshots go to reports/browser/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import browser_support as bs
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REASON = bs.skip_reason()
+needs_browser = pytest.mark.skipif(REASON is not None, reason=f"browser tests skipped: {REASON}")
+
+# Notebook, the dropdown to change (by its label), and the longest it may take to run.
+NOTEBOOKS = [
+    ("01_theory.ipynb", ("rule",), 120),
+    ("03_csp_state_tracking.ipynb", ("task",), 180),
+    ("05_length_generalization.ipynb", ("model",), 180),
+]
+
+# Console errors and blocked requests a test lets pass, each with the reason. JupyterLab
+# needs none. Voila's page template links Font Awesome's CSS from a CDN, although Voila's
+# own bundle (voila.js) already carries Font Awesome 5: offline both links fail (blocked
+# here) and nothing on the page changes.
+LAB_BENIGN = ()
+VOILA_BENIGN = ("cdn.jsdelivr.net/npm/@fortawesome/fontawesome-free",)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if REASON is not None:
+        pytest.skip(f"browser tests skipped: {REASON}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=bs.chromium_path(), args=bs.CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _page(browser, benign=()):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    aborted = bs.block_network(page, benign)
+    errors = bs.collect_errors(page, benign)
+    return page, aborted, errors
+
+
+@pytest.fixture(scope="module")
+def lab(browser, tmp_path_factory):
+    """JupyterLab over a scratch copy of notebooks/ (so nothing is written back), and one
+    page for all notebooks (JupyterLab loads once)."""
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "notebooks"
+    shutil.copytree(bs.REPO / "notebooks", root, ignore=shutil.ignore_patterns(".*"))
+    with bs.jupyterlab(root, tmp) as (base, token):
+        page, aborted, errors = _page(browser, LAB_BENIGN)
+        try:
+            yield page, aborted, errors, base, token
+        finally:
+            page.close()
+
+
+def _dashboard_cell(page, panel, cells):
+    """The last cell whose widget output has a dropdown (progress bars are widgets too)."""
+    shown = [
+        i for i, c in enumerate(cells) if any(bs.WIDGET_MIME in o["mimes"] for o in c["outputs"])
+    ]
+    assert shown, "no cell displayed a widget"
+    all_cells = page.locator(f"#{panel} .jp-Notebook .jp-Cell")
+    for i in reversed(shown):
+        cell = all_cells.nth(i)
+        if bs.wait_for(lambda c=cell: c.locator(".widget-dropdown").count() > 0, 10):
+            return cell
+    raise AssertionError(f"no widget output with a dropdown in cells {shown}")
+
+
+def _settled(area, idle, timeout: float, what: str, differs_from: str | None = None) -> str:
+    """Wait until the kernel is idle and the output stops changing (and differs from
+    ``differs_from``); returns the output's snapshot."""
+    last = [None]
+
+    def steady():
+        if not idle():
+            return None
+        now = bs.output_snapshot(area)
+        stable, last[0] = now == last[0], now
+        return now if stable and now and now != differs_from else None
+
+    return bs.wait_until(steady, timeout, what, interval=0.7)
+
+
+def _change_and_compare(page, area, labels, idle, timeout=90) -> str:
+    """Change a dropdown; assert the plot or table below it changes; returns what changed."""
+    before = _settled(area, idle, 30, "the dashboard's first view")
+    assert "<img" in before, "the dashboard's output shows no figure before any change"
+    changed = bs.pick_other_option(area, labels)
+    after = _settled(area, idle, timeout, f"the output to change after {changed}", before)
+    assert "<img" in after, f"the dashboard's output shows no figure after {changed}"
+    return changed
+
+
+@needs_browser
+@pytest.mark.parametrize("name, labels, limit", NOTEBOOKS, ids=[n[:2] for n, _, _ in NOTEBOOKS])
+def test_notebook_dashboard(lab, name, labels, limit):
+    page, aborted, errors, base, token = lab
+    del aborted[:], errors[:]  # what this notebook causes, not the one before
+    stem = Path(name).stem
+    bs.SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        _check_notebook(page, base, token, name, stem, labels, limit, errors, aborted)
+    except BaseException:  # what the page showed, for the report
+        page.screenshot(path=bs.SHOTS / f"{stem}_failure.png")
+        (bs.SHOTS / f"{stem}_failure.txt").write_text(page.inner_text("body"))
+        raise
+
+
+def _check_notebook(page, base, token, name, stem, labels, limit, errors, aborted):
+    clock = bs.Clock()
+    panel = bs.open_notebook(page, base, token, name)
+    clock.lap("open")
+    cells = bs.run_all(page, limit)
+    clock.lap("run all")
+    failed = [o for c in cells for o in c["outputs"] if o["type"] == "error"]
+    assert not failed, f"{name}: a cell raised {failed[0]['ename']}: {failed[0]['evalue']}"
+
+    cell = _dashboard_cell(page, panel, cells)
+    cell.scroll_into_view_if_needed()
+    bs.wait_until(lambda: cell.locator(".jupyter-widgets").count() > 0, 30, "widgets to render")
+    text = cell.inner_text()
+    assert not [f for f in bs.WIDGET_FAILURES if f in text], f"{name}: widget as text: {text}"
+    cell.screenshot(path=bs.SHOTS / f"{stem}_dashboard.png")
+
+    changed = _change_and_compare(page, cell, labels, lambda: bs.kernel_idle(page))
+    cell.screenshot(path=bs.SHOTS / f"{stem}_dashboard_changed.png")
+    if stem.startswith("01"):  # the theory explorer also has sliders
+        before = bs.output_snapshot(cell)
+        handle = cell.locator(".widget-slider .noUi-handle").first
+        handle.focus()
+        handle.press("ArrowLeft")
+        _settled(cell, lambda: bs.kernel_idle(page), 60, "a change after a slider step", before)
+        cell.screenshot(path=bs.SHOTS / f"{stem}_dashboard_slider.png")
+    clock.lap("interact")
+    bs.shutdown_kernel(page)
+    print(f"{name}: {clock}")
+
+    page_text = page.inner_text("body")
+    assert "Error displaying widget" not in page_text, f"{name}: a widget failed to display"
+    assert not errors, f"{name}: JavaScript errors after {changed}: {errors}"
+    assert not aborted, f"{name}: the page tried to reach the network: {aborted[:5]}"
+
+
+def _code_lines(notebook: Path) -> list[str]:
+    cells = json.loads(notebook.read_text())["cells"]
+    src = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    return [line.strip() for s in src for line in s.splitlines() if len(line.strip()) > 8]
+
+
+@needs_browser
+def test_voila_app_offline(browser, tmp_path):
+    """The teaching app: every dashboard renders without code, with its guide, offline."""
+    folder = bs.REPO / "dashboards"
+    names = sorted(p.name for p in folder.glob("*.ipynb"))
+    assert len(names) >= 3, f"expected the dashboards in {folder}, found {names}"
+    bs.SHOTS.mkdir(parents=True, exist_ok=True)
+    with bs.voila(folder, tmp_path) as (base, token):
+        for name in names:
+            page, aborted, errors = _page(browser, VOILA_BENIGN)
+            page.goto(f"{base}/voila/render/{name}?token={token}")
+            page.wait_for_selector(".widget-dropdown select", timeout=120_000)
+            if "$" in (folder / name).read_text():  # the guide has formulas: typeset?
+                bs.wait_until(lambda p=page: p.locator("mjx-container").count(), 30, "formulas")
+            body = page.inner_text("body")
+            assert page.locator("h1, h2").count() > 0, f"{name}: no guide heading"
+            code = [line for line in _code_lines(folder / name) if line in body]
+            assert not code, f"{name}: code is shown: {code}"
+            assert not [f for f in bs.WIDGET_FAILURES if f in body], f"{name}: {body[:300]}"
+            assert "Traceback" not in body, f"{name}: a cell failed: {body[-600:]}"
+            for raw in ("$$", "\\mathrm", "\\ell", "\\varepsilon"):
+                assert raw not in body, f"{name}: raw LaTeX {raw!r} in the guide"
+            area = page.locator(".jp-OutputArea-output:has(.widget-dropdown)").last
+            page.screenshot(path=bs.SHOTS / f"voila_{Path(name).stem}.png", full_page=True)
+            changed = _change_and_compare(page, area, ("task", "rule", "model"), lambda: True)
+            page.screenshot(path=bs.SHOTS / f"voila_{Path(name).stem}_changed.png", full_page=True)
+            assert not errors, f"{name}: JavaScript errors after {changed}: {errors}"
+            assert not aborted, f"{name}: the app tried to reach the network: {aborted[:5]}"
+            page.close()
+
+
+@needs_browser
+def test_offline_report(browser, tmp_path, monkeypatch):
+    """An HTML report from the study runner, opened from disk with the network blocked:
+    formulas are typeset and every widget shows its saved view, never a blank area."""
+    from structattn_lite.notebook_runner import run_notebooks
+
+    for var, sub in (("STRUCTATTN_FIGURES", "figures"), ("STRUCTATTN_RUNS", "runs")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    (report,) = run_notebooks("smoke", only=["01"], out_dir=tmp_path / "reports")
+
+    page, aborted, errors = _page(browser)
+    page.goto(report.as_uri())
+    page.wait_for_function(
+        "() => window.MathJax && MathJax.Hub && MathJax.Hub.queue.running === 0 "
+        "&& MathJax.Hub.queue.pending === 0",
+        timeout=60_000,
+    )
+    bs.wait_until(lambda: page.locator(".widget-output img").count() > 0, 60, "widget views")
+    bs.SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=bs.SHOTS / "report_01_offline.png", full_page=True)
+
+    text = page.inner_text("body")
+    assert page.locator(".MathJax, .MathJax_Display").count() > 20, "formulas were not typeset"
+    for raw in ("$$", "\\mathrm", "\\varepsilon"):
+        assert raw not in text, f"raw LaTeX {raw!r} left in the report"
+    views = page.locator(".jp-OutputArea-output:has(script[type='" + bs.WIDGET_MIME + "'])")
+    assert views.count() > 0, "the report has no widget output"
+    for i in range(views.count()):
+        box = views.nth(i).bounding_box()
+        assert box and box["height"] > 50, f"widget area {i} is blank"
+    assert views.last.locator("select").count() > 0, "the explorer's controls are missing"
+    assert not [e for e in errors if e.startswith("pageerror")], errors
+    assert not aborted, f"the report tried to reach the network: {aborted[:5]}"

@@ -1,0 +1,236 @@
+"""Every figure of the studies fits a paper and says what it plots.
+
+Each figure function in ``structattn_lite/studies/*/{report,figures}.py`` is rendered on
+the committed results in data/results (the attention study's per-run arrays, which are
+not committed, come from its smoke grid) and checked: drawn one column (3.4 in) or two
+columns (7.0 in) wide, no taller than a page, saved as PNG and PDF no wider than that
+column, and no axis label a bare variable name or missing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from PIL import Image
+
+from structattn_lite import report
+from structattn_lite.config import results_dir
+
+STUDIES = Path(report.__file__).parent / "studies"
+PAGE_HEIGHT = report.PAGE_HEIGHT
+
+
+# --- the data: committed results, and the attention smoke grid for per-run arrays ------
+
+
+@cache
+def grokking_records():
+    from structattn_lite.studies.grokking.experiment import committed_records
+
+    records = committed_records()
+    if not records:
+        pytest.fail(f"no committed grokking records in {results_dir()}")
+    return records
+
+
+@cache
+def length_curves():
+    from structattn_lite.studies.length.report import load_curves
+
+    return load_curves()
+
+
+@cache
+def ablations():
+    from structattn_lite.studies.ablations import report as ct
+
+    return ct.load_results()
+
+
+@cache
+def attention_records():
+    """The committed attention histories are scalars per run; maps, weights, pruning and
+    gradient norms exist only in full records, so the smoke grid supplies them."""
+    from structattn_lite.studies.attention.experiment import run_grid
+
+    return [r for r in run_grid("smoke", progress=False) if r.status == "ok"]
+
+
+def _attention_summary():
+    from structattn_lite.studies.attention.report import summarize
+
+    return summarize(attention_records())
+
+
+def _first_with(field: str):
+    return next(r for r in attention_records() if r.extra.get(field))
+
+
+@cache
+def _tables():
+    from structattn_lite.studies.ablations import report as ct
+    from structattn_lite.studies.length import report as lt
+
+    results, curves = ablations(), length_curves()
+    # the widest table (Table 4), the longest cells (claims), the most rows (length)
+    return {
+        "table4": ct.display_table(ct.table4(results)),
+        "claims": ct.claims_table(results).round(3).set_index(["preset", "claim", "task"]),
+        "length_seq_acc": lt.length_table(curves, "seq_acc"),
+    }
+
+
+def _cases():
+    from structattn_lite.studies.attention import figures as af
+    from structattn_lite.studies.grokking import report as gr
+    from structattn_lite.studies.length import report as lt
+
+    cases = {
+        f"grokking.grokking_figure[{t}]": lambda t=t: gr.grokking_figure(grokking_records(), t)
+        for t in ("parity", "mod3", "dyck1")
+    }
+    cases |= {
+        f"length.plot_curves[{m}]": lambda m=m: lt.plot_curves(length_curves(), m)
+        for m in ("seq_acc", "unseen_acc", "all_acc")
+    }
+    cases |= {
+        f"report.table_figure[{name}]": lambda name=name: report.table_figure(
+            _tables()[name], f"{name}: a caption as long as the notebooks write. " * 3
+        )
+        for name in ("table4", "claims", "length_seq_acc")
+    }
+    cases |= {
+        "attention.plot_learning_curves": lambda: af.plot_learning_curves(attention_records()),
+        "attention.plot_fraction_sweep": lambda: af.plot_fraction_sweep(_attention_summary()),
+        "attention.plot_grad_norms": lambda: af.plot_grad_norms(attention_records()),
+        "attention.plot_learned_weights": lambda: af.plot_learned_weights(_first_with("weights")),
+        "attention.plot_weight_histograms": lambda: af.plot_weight_histograms(attention_records()),
+        "attention.plot_attention_map": lambda: af.plot_attention_map(_first_with("maps")),
+        "attention.plot_pruning": lambda: af.plot_pruning(attention_records()),
+    }
+    return cases
+
+
+CASES = _cases()
+
+
+# --- the checks ----------------------------------------------------------------------
+
+
+def _figure_functions() -> set[str]:
+    """``study.function`` for each public function of a study's report/figures module
+    that returns a figure (annotated ``-> Figure`` or ending in ``return fig``)."""
+    found = set()
+    for path in sorted(STUDIES.glob("*/*.py")):
+        if path.stem not in ("report", "figures"):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            annotated = node.returns is not None and "Figure" in ast.unparse(node.returns)
+            last = node.body[-1]
+            returns_fig = isinstance(last, ast.Return) and ast.unparse(last.value) == "fig"
+            if annotated or returns_fig:
+                found.add(f"{path.parent.name}.{node.name}")
+    return found
+
+
+def _bare_name(label: str) -> bool:
+    """A label that is a variable name: contains "_" outside $math$."""
+    return "_" in re.sub(r"\$[^$]*\$", "", label)
+
+
+def _is_colorbar(ax) -> bool:
+    return hasattr(ax, "_colorbar") or ax.get_label() == "<colorbar>"
+
+
+def _overlap(a, b, axis: str) -> bool:
+    lo, hi = ("x0", "x1") if axis == "x" else ("y0", "y1")
+    return getattr(a, lo) < getattr(b, hi) and getattr(b, lo) < getattr(a, hi)
+
+
+def label_problems(fig) -> list[str]:
+    """Axis labels that are variable names, and axes with tick labels but no axis label
+    (a label on another panel of the same column, row or the figure's own counts)."""
+    axes = [ax for ax in fig.axes if ax.axison and not _is_colorbar(ax)]
+    if not axes:  # a table: nothing to label
+        return []
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()  # tick labels exist only once drawn
+    problems = []
+    for ax in axes:
+        name = ax.get_title() or f"axes {fig.axes.index(ax)}"
+        for axis in ("x", "y"):
+            label = getattr(ax, f"get_{axis}label")()
+            if _bare_name(label):
+                problems.append(f"{name}: {axis} label {label!r} is a variable name")
+            ticks = getattr(ax, f"get_{axis}ticklabels")()
+            if label or not any(t.get_visible() and t.get_text() for t in ticks):
+                continue
+            along = "x" if axis == "x" else "y"  # a shared x label sits in the same column
+            pos = ax.get_position()
+            shared = any(
+                getattr(o, f"get_{axis}label")() and _overlap(pos, o.get_position(), along)
+                for o in axes
+            )
+            sup = getattr(fig, f"_sup{axis}label", None)
+            if not shared and not (sup and sup.get_text()):
+                problems.append(f"{name}: the {axis} axis has no label")
+    for ax in fig.axes:
+        if _is_colorbar(ax):
+            for axis in ("x", "y"):
+                label = getattr(ax, f"get_{axis}label")()
+                if _bare_name(label):
+                    problems.append(f"colour bar: label {label!r} is a variable name")
+    return problems
+
+
+def test_every_figure_function_is_checked():
+    found = _figure_functions()
+    assert len(found) >= 5, f"figure functions not found under {STUDIES}: {found}"
+    covered = {case.split("[")[0] for case in CASES}
+    missing = found - covered
+    assert not missing, f"figure functions with no case in tests/test_figures.py: {missing}"
+
+
+def test_label_check_catches_a_bare_name():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=report.figure_size(1))
+    ax = fig.subplots()
+    ax.plot([1, 2], [0.5, 0.7])
+    ax.set(xlabel="evaluation length L", ylabel="seq_acc")
+    assert label_problems(fig) == ["axes 0: y label 'seq_acc' is a variable name"]
+    ax.set_ylabel("")
+    assert label_problems(fig) == ["axes 0: the y axis has no label"]
+
+
+def test_figure_size_names_its_columns():
+    assert report.figure_size(1)[0] == report.ONE_COLUMN
+    assert report.figure_size(2, height=3.0) == (report.TWO_COLUMN, 3.0)
+    with pytest.raises(ValueError, match=r"columns=3 .*\[1, 2\]"):
+        report.figure_size(3)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_figure_fits_print(case, tmp_path, monkeypatch):
+    monkeypatch.setenv("STRUCTATTN_FIGURES", str(tmp_path))
+    fig = CASES[case]()
+    width, height = fig.get_size_inches()
+    columns = {report.ONE_COLUMN: 1, report.TWO_COLUMN: 2}
+    column = next((c for c in columns if abs(width - c) < 0.01), None)
+    assert column, f"{case}: {width:.2f} in wide, not one ({report.ONE_COLUMN}) or two columns"
+    assert height <= PAGE_HEIGHT, f"{case}: {height:.2f} in tall, more than a page"
+    assert not label_problems(fig), f"{case}: {label_problems(fig)}"
+
+    png, pdf = report.save_figure(fig, "test", re.sub(r"\W+", "_", case))
+    assert pdf.exists() and pdf.stat().st_size > 1000
+    with Image.open(png) as im:
+        saved = im.size[0] / report.SAVE_DPI
+    assert saved <= column + 0.05, f"{case}: saved {saved:.2f} in wide; something sticks out"
