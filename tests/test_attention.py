@@ -228,3 +228,63 @@ def test_parameter_report_counts_metric_parameters():
     # shared z: one projection fewer than dot's W_q, W_k
     diff = reports["dot"]["params_attention"] - reports["matroidal"]["params_attention"]
     assert diff == 2 * (D_MODEL * D_MODEL - HEADS * 32)
+
+
+# --- counters on the fast path (what training steps see) ------------------------------
+
+
+def _counting(kind, opts, every=1):
+    mod = _module(kind, opts)
+    mod.check_every = every
+    return mod
+
+
+def test_fast_path_counters_count_training_calls_only():
+    mod = _counting("matroidal", {"m": 32, "tau": 0.5})
+    x = torch.randn(4, 16, D_MODEL)
+    mod(x).sum().backward()
+    s = mod.stats
+    assert s.calls == s.checked_calls == 1 and s.rows == 4 * HEADS * 15  # row 0 sees one key
+    assert s.nonfinite == 0 and s.saturated_rows == 0 and 0 < s.max_abs_logit < 1e3
+    mod.eval()
+    mod(x)
+    assert mod.stats.calls == 1  # evaluation is not counted
+    mod.train()
+    mod.check_every = 3
+    for _ in range(5):
+        mod(x)
+    assert mod.stats.calls == 6 and mod.stats.checked_calls == 2  # calls 1 and 4
+
+
+def test_saturated_rows_and_non_finite_values_are_counted():
+    mod = _counting("matroidal", {"m": 32, "tau": 0.05})
+    mod(30 * torch.randn(2, 16, D_MODEL))  # the diagonal wins every row by far
+    assert mod.stats.saturated_rows == mod.stats.rows > 0
+    x = torch.randn(2, 16, D_MODEL)
+    x[0, 3, 0] = float("inf")
+    mod(x)
+    assert mod.stats.nonfinite > 0
+    dot = _counting("dot", {})
+    dot(torch.randn(2, 16, D_MODEL))
+    assert dot.stats.rows == 2 * HEADS * 15 and dot.stats.saturated_rows == 0
+
+
+def test_bfloat16_autocast_is_counted_in_its_own_precision():
+    mod = _counting("matroidal", {"m": 32, "tau": 0.5})
+    x = torch.randn(4, 16, D_MODEL)
+    mod(x)
+    f32 = mod.stats.saturated_rows
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = mod(x)
+    assert y.dtype == torch.bfloat16
+    assert f32 == 0 and mod.stats.saturated_rows > 0  # bf16's epsilon is 2^-8, not 2^-24
+
+
+def test_separate_projections_fall_back_past_the_logit_bound_and_count_it():
+    mod = _counting("matroidal", {"m": 32, "shared_qk": False, "tau": 0.05})
+    mod(30 * torch.randn(2, 16, D_MODEL))
+    assert mod.stats.fallbacks == 1 and mod.last_bound > mod.logit_bound
+    mod(0.1 * torch.randn(2, 16, D_MODEL))
+    assert mod.stats.fallbacks == 1 and mod.stats.calls == 2
+    with pytest.raises(ValueError, match="logit_bound must be > 0"):
+        build_attention("dense", D_MODEL, HEADS, logit_bound=0)

@@ -51,3 +51,46 @@ def cifar10_patches(
 
 def cifar10_available(root: str | Path | None = None) -> bool:
     return (data_root(root) / "cifar-10-batches-py").is_dir()
+
+
+# --- scikit-learn's 8x8 digits: real images that need no download ---------------------
+
+DIGITS_SPLITS = ("train", "valid", "test")
+
+
+def digits_patches(
+    split: str = "train", patch: int = 2, n_valid: int = 300, n_test: int = 300, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(patch tokens [n, (8/p)^2, p^2], labels [n]) of one split of the 1,797 digits.
+
+    The images ship with scikit-learn (``sklearn.datasets.load_digits``), so this works
+    offline. One fixed permutation (``seed``) splits them into test (the first
+    ``n_test``), validation (the next ``n_valid``) and training (the rest); pixels
+    (0..16) are standardised with the training split's mean and standard deviation.
+    """
+    from sklearn.datasets import load_digits
+
+    from structattn_lite.config import check_choice
+
+    check_choice("split", split, DIGITS_SPLITS)
+    n_valid, n_test = check_int("n_valid", n_valid, 1), check_int("n_test", n_test, 1)
+    data = load_digits()
+    images = torch.as_tensor(data.images, dtype=torch.float32)  # [1797, 8, 8]
+    labels = torch.as_tensor(data.target, dtype=torch.long)
+    if n_valid + n_test >= len(images):
+        raise ValueError(
+            f"n_valid + n_test must leave training images: got {n_valid} + {n_test} "
+            f"of {len(images)}"
+        )
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))
+    parts = {
+        "test": order[:n_test],
+        "valid": order[n_test : n_test + n_valid],
+        "train": order[n_test + n_valid :],
+    }
+    train = images[parts["train"]]
+    mean, std = train.mean(), train.std()
+    to_tokens = Patchify(patch)
+    chosen = (images[parts[split]] - mean) / std
+    tokens = torch.stack([to_tokens(img[None]) for img in chosen])
+    return tokens, labels[parts[split]]

@@ -9,15 +9,27 @@
   l = softplus(theta), only theta (m per head) learned.
 
 Each module has two exact computations. ``path="reference"`` follows the seed's
-pseudocode (explicit pairwise differences: an N x N x m tensor, for inspection and
-small N). ``path="fast"`` folds the key bias into one extra head dimension,
-q~ = [M z_i, 1], k~ = [z_j, -0.5 z_j^T M z_j], and calls SDPA with scale 1/tau: the
+pseudocode (explicit pairwise differences: an N x N x m tensor, for inspection, audits
+and small N). ``path="fast"`` folds the key bias into extra head columns,
+q~ = [M z_i / tau, 1, 0], k~ = [z_j, -0.5 z_j^T M z_j / tau, 1], and calls SDPA: the
 query's own norm is constant along a softmax row, so the softmax is unchanged.
+
+The fast path's gradients match a float64 reference at large norms and small tau
+(tests/test_attention_gradients.py) by three choices: z is centred on the sequence's
+first position before folding (distances are translation invariant; the folded terms
+shrink from |z|^2 to |z - z_0|^2); 1/tau is folded into q~, so SDPA runs with scale 1
+and its backward recomputes exactly the logits of its forward; and the last column
+(0 against 1) reads each row's sum of the kernel's softmax gradient, which is 0 in
+exact arithmetic, so ``_RowSumZero`` can remove the residual a fused kernel leaves on
+rows that are one-hot to float32 precision. With separate q/k such a row peaks at an
+unknown key, so calls whose folded logits could exceed ``logit_bound`` take the
+reference path instead, counted in ``stats.fallbacks``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -29,22 +41,30 @@ from structattn_lite.theory import SUPPORT_RULES, support_matrix
 
 ATTENTION_KINDS = ("dot", "dense", "matroidal")
 PATHS = ("fast", "reference")
-_METRIC_OPTIONS = ("causal", "shared_qk", "tau", "eps")
+_METRIC_OPTIONS = ("causal", "shared_qk", "tau", "learn_tau", "eps", "logit_bound", "pad_to")
 OPTIONS = {
     "dot": ("causal",),
     "dense": _METRIC_OPTIONS,
     "matroidal": (*_METRIC_OPTIONS, "m", "support", "support_seed", "theta_init"),
 }
+# With separate q/k a fused kernel leaves a rounding residual in rows that are one-hot
+# to float32 precision, which the folded q~, k~ amplify; past this folded-logit size
+# those calls take the reference path (tests/test_attention_gradients.py).
+SEPARATE_QK_LOGIT_BOUND = 1e3
 
 
 def build_attention(kind: str, d_model: int, n_heads: int, **options: Any) -> Attention:
     """``build_attention("matroidal", 128, 8, m=32, support="random", shared_qk=True)``.
 
-    Options: causal (all kinds, default True); shared_qk (default True: the seed's one
-    projection z for both sides), tau (default sqrt(d_head)), eps (default 1e-4) for
-    the metric kinds; m (default 2 d_head), support (one of SUPPORT_RULES, default
-    "random"), support_seed, theta_init (default: l_e = d_head / (2m), so that
-    trace(M) matches the identity's) for matroidal.
+    Options: causal (all kinds, default True); for the metric kinds shared_qk (default
+    True: the seed's one projection z for both sides), tau (default sqrt(d_head); with
+    learn_tau=True its starting value, then learned per head as log tau), eps
+    (default 1e-4), logit_bound ("auto": none with shared_qk, 1e3 with separate q/k;
+    None never falls back), pad_to (head-width
+    multiple for the folded q~, k~, v; default None: 8 on CUDA, none on CPU, where 17
+    runs faster than 20 or 24); for matroidal m (default 2 d_head), support (one of
+    SUPPORT_RULES, default "random"), support_seed, theta_init (default: l_e = d_head /
+    (2m), so that trace(M) matches the identity's).
     """
     check_choice("kind", kind, ATTENTION_KINDS)
     unknown = sorted(set(options) - set(OPTIONS[kind]))
@@ -56,11 +76,36 @@ def build_attention(kind: str, d_model: int, n_heads: int, **options: Any) -> At
     return cls(d_model, n_heads, **options)
 
 
+@dataclass
+class FastPathStats:
+    """What the training path saw: counts over training-mode forward calls only.
+
+    calls: training forward calls; checked_calls / rows: forward calls inspected and the softmax rows in them (rows with
+    a single visible key are left out); nonfinite: NaN/Inf entries among the kernel's
+    inputs (q~, k~) and its output; saturated_rows: rows whose largest probability is 1
+    to the working precision (every other weight below its epsilon), so no gradient
+    flows through their scores; max_abs_logit: the largest |logit| the kernel formed;
+    fallbacks: calls the metric kinds sent to the reference path (see logit_bound).
+    """
+
+    calls: int = 0
+    checked_calls: int = 0
+    rows: int = 0
+    nonfinite: int = 0
+    saturated_rows: int = 0
+    max_abs_logit: float = 0.0
+    fallbacks: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
 class Attention(nn.Module):
     """Shared parts: value/output projections, head split, causal mask, the two paths.
 
     ``keep_logits = True`` stores the last reference logits ([B, H, N, N], masked
-    entries -inf) in ``last_logits`` for plots.
+    entries -inf) in ``last_logits`` for plots. ``check_every = k`` (0: never) makes
+    every k-th fast forward call count failures into ``stats`` from the q, k it uses.
     """
 
     kind = "base"
@@ -82,6 +127,8 @@ class Attention(nn.Module):
         self.path = "fast"
         self.keep_logits = False
         self.last_logits: torch.Tensor | None = None
+        self.check_every = 0
+        self.stats = FastPathStats()
 
     def split(self, t: torch.Tensor) -> torch.Tensor:
         B, N, _ = t.shape
@@ -99,25 +146,55 @@ class Attention(nn.Module):
         """Unmasked logits [B, H, N, N] by the explicit (reference) formula."""
         raise NotImplementedError
 
-    def fast(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def fast(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention output before w_o, [B, N, d_model]."""
         raise NotImplementedError
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        """[B, H, N, d] -> [B, N, H d]."""
+        B, _, N, _ = y.shape
+        return y.transpose(1, 2).reshape(B, N, self.d_model)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.mask(self.reference_logits(x))
+        if self.keep_logits:
+            self.last_logits = logits.detach()
+        v = self.split(self.w_v(x))
+        return self.merge(logits.softmax(-1).to(v.dtype) @ v)
 
     def forward(self, x: torch.Tensor, path: str | None = None) -> torch.Tensor:
         path = check_choice("path", path or self.path, PATHS)
-        v = self.split(self.w_v(x))
         if path == "fast":
-            y = self.fast(x, v)
-        else:
-            logits = self.mask(self.reference_logits(x))
-            if self.keep_logits:
-                self.last_logits = logits.detach()
-            y = logits.softmax(-1) @ v
-        B, N, _ = x.shape
-        return self.w_o(y.transpose(1, 2).reshape(B, N, self.d_model))
+            self.stats.calls += self.training
+            return self.w_o(self.fast(x))
+        return self.w_o(self.reference(x))
 
     def metric_parameters(self) -> list[nn.Parameter]:
         """Parameters that define the similarity beyond the projections."""
         return []
+
+    def checking(self) -> bool:
+        """Whether this (training) call counts failures: every check_every-th one."""
+        every = self.check_every
+        return self.training and every > 0 and (self.stats.calls - 1) % every == 0
+
+    @torch.no_grad()
+    def count(self, q: torch.Tensor, k: torch.Tensor, scale: float, y: torch.Tensor) -> None:
+        """Failure counts from the q, k the kernel used (same dtype, e.g. under autocast)."""
+        logits = self.mask((q @ k.transpose(-1, -2)) * scale)
+        visible = torch.isfinite(self.mask(torch.zeros_like(logits[0, 0]))).sum(-1) > 1
+        row_max = logits.amax(-1, keepdim=True)
+        rest = torch.exp((logits - row_max).float()).sum(-1) - 1  # mass beside the maximum
+        eps = torch.finfo(q.dtype).eps
+        s = self.stats
+        s.checked_calls += 1
+        s.rows += int(visible.sum()) * logits.shape[0] * logits.shape[1]
+        s.nonfinite += int((~torch.isfinite(q)).sum() + (~torch.isfinite(k)).sum())
+        s.nonfinite += int((~torch.isfinite(y)).sum())
+        s.saturated_rows += int(((rest < eps) & visible).sum())
+        finite = logits[torch.isfinite(logits)]
+        if finite.numel():
+            s.max_abs_logit = max(s.max_abs_logit, float(finite.abs().max()))
 
 
 class DotAttention(Attention):
@@ -134,9 +211,12 @@ class DotAttention(Attention):
         q, k = self.split(self.w_q(x)), self.split(self.w_k(x))
         return q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
 
-    def fast(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        q, k = self.split(self.w_q(x)), self.split(self.w_k(x))
-        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+    def fast(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (self.split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        if self.checking():
+            self.count(q, k, 1 / math.sqrt(self.d_head), y)
+        return self.merge(y)
 
 
 class MetricAttention(Attention):
@@ -152,7 +232,10 @@ class MetricAttention(Attention):
         causal: bool = True,
         shared_qk: bool = True,
         tau: float | None = None,
+        learn_tau: bool = False,
         eps: float = 1e-4,
+        logit_bound: float | str | None = "auto",
+        pad_to: int | None = None,
     ):
         super().__init__(d_model, n_heads, causal)
         self.shared_qk = bool(check_choice("shared_qk", shared_qk, (True, False)))
@@ -161,13 +244,32 @@ class MetricAttention(Attention):
         self.eps = check_number("eps", eps, minimum=0.0)
         if not (math.isfinite(self.tau) and math.isfinite(self.eps)):
             raise ValueError(f"tau and eps must be finite, got tau={tau}, eps={eps}")
+        self.learn_tau = bool(check_choice("learn_tau", learn_tau, (True, False)))
+        log_tau = torch.full((n_heads,), math.log(self.tau))
+        if self.learn_tau:
+            self.log_tau = nn.Parameter(log_tau)
+        else:
+            self.register_buffer("log_tau", log_tau)
+        if logit_bound == "auto":  # the shared form is exact at any size (_RowSumZero)
+            logit_bound = None if self.shared_qk else SEPARATE_QK_LOGIT_BOUND
+        if logit_bound is not None:
+            logit_bound = check_number("logit_bound", logit_bound, minimum=0.0, strict=True)
+        self.logit_bound = logit_bound
+        self.pad_to = None if pad_to is None else check_int("pad_to", pad_to, minimum=1)
         if self.shared_qk:
             self.w_z = nn.Linear(d_model, d_model, bias=False)
         else:
             self.w_q = nn.Linear(d_model, d_model, bias=False)
             self.w_k = nn.Linear(d_model, d_model, bias=False)
 
-    # --- subclasses: the metric and its factor ------------------------------------
+    def inv_tau(self) -> torch.Tensor:
+        """1 / tau per head, [H, 1, 1]."""
+        return torch.exp(-self.log_tau)[:, None, None]
+
+    def metric_parameters(self) -> list[nn.Parameter]:
+        return [self.log_tau] if self.learn_tau else []
+
+    # --- subclasses: the metric, its factor, and the folded terms -------------------
     def metric(self) -> torch.Tensor:
         """M per head, [H, d, d] (symmetric PSD)."""
         raise NotImplementedError
@@ -175,6 +277,16 @@ class MetricAttention(Attention):
     def factor(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(U [H or 1, d, r], w [H, r]) with M = U diag(w) U^T + eps I, for the reference."""
         raise NotImplementedError
+
+    @staticmethod
+    def apply_metric(z: torch.Tensor, m_tau: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For z [B, N, H, d] and M / tau [H, d, d]: (M z / tau, z^T M z / tau [B, N, H]).
+
+        One small product per head with the d x d metric, so the cost does not grow
+        with the number of support columns m.
+        """
+        mz = torch.einsum("bnhd,hde->bnhe", z, m_tau)  # M symmetric: rows of M z
+        return mz, (mz * z).sum(-1)
 
     # --- the two paths --------------------------------------------------------------
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,25 +304,81 @@ class MetricAttention(Attention):
         delta = u_q[:, :, :, None, :] - u_k[:, :, None, :, :]  # [B, H, N, N, m]
         diff = z_q[:, :, :, None, :] - z_k[:, :, None, :, :]
         dist = (delta**2 * w[None, :, None, None, :]).sum(-1) + self.eps * (diff**2).sum(-1)
-        return -dist / (2 * self.tau)
+        return dist * (-0.5 * self.inv_tau())
+
+    def heads(self, t: torch.Tensor) -> torch.Tensor:
+        """[B, N, H d] -> [B, N, H, d], the projection's own memory order (no copy)."""
+        B, N, _ = t.shape
+        return t.view(B, N, self.n_heads, self.d_head)
+
+    def centred(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """z minus one point c per sequence and head, [B, N, H, d]: the first position's
+        (the mean of q and k there with separate projections).
+
+        Every logit is unchanged (dist(z_i - c, z_j - c) = dist(z_i, z_j)), so c carries
+        no gradient and is detached; the first position is visible to every query, so
+        centring never lets a later token change an earlier output.
+        """
+        if self.shared_qk:
+            z = self.heads(self.w_z(x))
+            z = z - z[:, :1].detach()
+            return z, z
+        z_q, z_k = self.heads(self.w_q(x)), self.heads(self.w_k(x))
+        c = (0.5 * (z_q[:, :1] + z_k[:, :1])).detach()
+        return z_q - c, z_k - c
+
+    def folded(self, x: torch.Tensor, width: int | None = None):
+        """(q~, k~, |z_q|_M^2 / tau, |z_k|_M^2 / tau), q~ . k~ = logits + a row constant.
+
+        Columns: d of M z / tau against z; the key bias (1 against -|z|_M^2 / 2 tau);
+        a probe (0 against 1) whose gradient is the row sum of the kernel's dS (see
+        ``_RowSumZero``); zeros up to ``width`` (default d + 2). q~, k~ are [B, H, N, w]
+        views of [B, N, H, w] memory, as SDPA takes them.
+        """
+        z_q, z_k = self.centred(x)
+        m_tau = self.metric().to(z_q.dtype) * self.inv_tau().to(z_q.dtype)
+        mz_q, sq_q = self.apply_metric(z_q, m_tau)
+        mz_k, sq_k = (mz_q, sq_q) if self.shared_qk else self.apply_metric(z_k, m_tau)
+        ones = torch.ones_like(sq_q)[..., None]
+        pad = (width or self.d_head + 2) - self.d_head - 2
+        q = torch.cat([mz_q, ones, ones.new_zeros(*ones.shape[:-1], 1 + pad)], -1)
+        k_parts = [z_k, -0.5 * sq_k[..., None], ones]
+        k = torch.cat(k_parts + ([ones.new_zeros(*ones.shape[:-1], pad)] if pad else []), -1)
+        return q.transpose(1, 2), k.transpose(1, 2), sq_q, sq_k
 
     def folded_qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q~ = [M z_i, 1], k~ = [z_j, -0.5 z_j^T M z_j]; q~ . k~ / tau = logits + row const."""
-        z_q, z_k = self.project(x)
-        M = self.metric()
-        mz_q = z_q @ M  # M symmetric: the row vector z M is (M z)^T
-        mz_k = mz_q if self.shared_qk else z_k @ M
-        bias = -0.5 * (mz_k * z_k).sum(-1, keepdim=True)
-        q = torch.cat([mz_q, torch.ones_like(bias)], dim=-1)
-        return q, torch.cat([z_k, bias], dim=-1)
+        """The kernel's q~, k~ (width d + 2 before padding)."""
+        return self.folded(x)[:2]
 
-    def fast(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        q, k = self.folded_qk(x)
-        # SDPA's fused CPU kernel needs one head size for q, k and v: pad v by a zero column.
-        y = F.scaled_dot_product_attention(
-            q, k, F.pad(v, (0, 1)), is_causal=self.causal, scale=1.0 / self.tau
-        )
-        return y[..., : self.d_head]
+    def folded_bound(self, sq_q: torch.Tensor, sq_k: torch.Tensor) -> float:
+        """An upper bound on |q~ . k~| (Cauchy-Schwarz in the M inner product)."""
+        a, b = float(sq_q.detach().amax()), float(sq_k.detach().amax())
+        return math.sqrt(max(a, 0.0) * max(b, 0.0)) + 0.5 * b
+
+    def width(self, device: torch.device) -> int:
+        """Head width of the folded kernel: d + 2, padded to a multiple of pad_to.
+
+        On CPU d + 2 = 18 runs as fast as d + 1 (measured; both miss the 16-wide
+        vector path) and 20 or 24 run slower; CUDA's fused kernels want multiples of 8.
+        """
+        multiple = self.pad_to or (8 if device.type == "cuda" else 1)
+        return -(-(self.d_head + 2) // multiple) * multiple
+
+    def fast(self, x: torch.Tensor) -> torch.Tensor:
+        width = self.width(x.device)
+        q, k, sq_q, sq_k = self.folded(x, width)
+        if self.logit_bound is not None:
+            self.last_bound = self.folded_bound(sq_q, sq_k)
+            if not self.last_bound <= self.logit_bound:  # also catches NaN
+                self.stats.fallbacks += self.training
+                return self.reference(x)
+        if self.shared_qk:
+            q, k = _RowSumZero.apply(q, k, self.d_head + 1)
+        v = F.pad(self.heads(self.w_v(x)), (0, width - self.d_head)).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=1.0)
+        if self.checking():
+            self.count(q, k, 1.0, y)
+        return self.merge(y[..., : self.d_head])
 
     def expanded_sq_dist(self, x: torch.Tensor) -> torch.Tensor:
         """z_i^T M z_i + z_j^T M z_j - 2 z_i^T M z_j [B, H, N, N]: can go negative by rounding."""
@@ -220,6 +388,31 @@ class MetricAttention(Attention):
         sq_q = (mz_q * z_q).sum(-1)
         sq_k = (mz_k * z_k).sum(-1)
         return sq_q[..., :, None] + sq_k[..., None, :] - 2 * mz_q @ z_k.transpose(-1, -2)
+
+
+class _RowSumZero(torch.autograd.Function):
+    """Identity on (q~, k~) whose backward removes the fused kernel's row-sum residual.
+
+    Each row of the softmax gradient dS sums to 0, but a fused kernel forms it as
+    P_ij (dP_ij - D_i) with D_i from the forward output, so a row that is one-hot to
+    float32 precision (the diagonal always wins with a shared z) keeps a rounding residual
+    r_i on its diagonal, and the folded q~, k~ (of size |z|_M^2 / tau) turn it into a
+    spurious gradient. The probe column (q~ = 0, k~ = 1) reads r_i off dq~; for a row
+    that is one-hot on its diagonal the residual's whole effect is r_i k~_i on dq~_i and
+    r_i q~_i on dk~_i, removed here (elsewhere r_i is rounding-sized, and so is the change).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, probe: int):
+        ctx.save_for_backward(q, k)
+        ctx.probe = probe
+        return q.view_as(q), k.view_as(k)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        q, k = ctx.saved_tensors
+        r = dq[..., ctx.probe : ctx.probe + 1]
+        return torch.addcmul(dq, r, k, value=-1), torch.addcmul(dk, r, q, value=-1), None
 
 
 class DenseAttention(MetricAttention):
@@ -248,7 +441,7 @@ class DenseAttention(MetricAttention):
         return self.lower(), self.l_params.new_ones(self.n_heads, self.d_head)
 
     def metric_parameters(self) -> list[nn.Parameter]:
-        return [self.l_params]
+        return [self.l_params, *super().metric_parameters()]
 
 
 class MatroidalAttention(MetricAttention):
@@ -292,7 +485,7 @@ class MatroidalAttention(MetricAttention):
         return self.A[None].expand(self.n_heads, -1, -1), self.weights()
 
     def metric_parameters(self) -> list[nn.Parameter]:
-        return [self.theta]
+        return [self.theta, *super().metric_parameters()]
 
     @torch.no_grad()
     def prune(self, delta: float) -> int:

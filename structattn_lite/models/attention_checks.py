@@ -4,7 +4,8 @@
   in the expanded form, and the fast-vs-reference output gap, for one module and input;
 - ``model_failures``: the same summed over every layer of a model on one batch;
 - ``attention_maps``, ``learned_weights``: what the browsing widget plots;
-- ``model_flops``: measured and analytic attention FLOPs of a model per sequence.
+- ``model_flops``: measured and analytic attention FLOPs of a model per sequence, and
+  ``time_attention``: measured time of its attention layers beside dot product.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from structattn_lite.models.attention import (
     DenseAttention,
     MatroidalAttention,
     MetricAttention,
+    build_attention,
 )
 from structattn_lite.models.attention_flops import (
     analytic_attention_flops,
@@ -111,7 +113,7 @@ def attention_maps(model: nn.Module, batch: torch.Tensor, decimals: int = 3) -> 
         model.set_path("fast")
         model.keep_logits(False)
         model.train(was_training)
-    return [np.round(m.numpy().astype(np.float64), decimals).tolist() for m in maps]
+    return [np.round(m.cpu().numpy().astype(np.float64), decimals).tolist() for m in maps]
 
 
 @torch.no_grad()
@@ -127,15 +129,109 @@ def learned_weights(model: nn.Module) -> list[list[list[float]]]:
 
 
 def model_flops(model: nn.Module, n_tokens: int) -> dict[str, int]:
-    """Attention FLOPs of one forward pass over one sequence, summed over layers."""
+    """Attention FLOPs of one forward pass over one sequence, summed over layers.
+
+    flops_fast is measured on the width the kernel runs on this machine (d + 2 for the
+    folded metric kinds, more where padded), and equals flops_analytic.
+    """
     out = {"flops_fast": 0, "flops_reference": 0, "flops_analytic": 0, "flops_pairwise": 0}
     for a in model.attention_modules():
         m = getattr(a, "m", None)
         shared = getattr(a, "shared_qk", False)
+        device = next(a.parameters()).device
+        width = a.width(device) if isinstance(a, MetricAttention) else None
         out["flops_fast"] += attention_flops(a, n_tokens, path="fast")
         out["flops_reference"] += attention_flops(a, n_tokens, path="reference")
         out["flops_analytic"] += analytic_attention_flops(
-            a.kind, 1, n_tokens, a.d_model, a.n_heads, m=m, shared_qk=shared
+            a.kind, 1, n_tokens, a.d_model, a.n_heads, m=m, shared_qk=shared, width=width
         )
         out["flops_pairwise"] += pairwise_flops(a.kind, 1, n_tokens, a.d_model, a.n_heads, m=m)
     return out
+
+
+def time_attention(
+    model: nn.Module, n_tokens: int, batch: int = 4, reps: int = 5
+) -> dict[str, float]:
+    """Measured forward+backward time of the model's attention layers at one shape, beside
+    a dot-product layer of the same size timed in the same interleaved loop.
+
+    attn_ms: median milliseconds for all layers together (CPU time of this process on a
+    CPU, which waiting for a core does not inflate; wall time with synchronisation on
+    CUDA); attn_time_vs_dot: median of the paired ratios to the dot layers.
+    """
+    import copy
+    import statistics
+    import time
+
+    mods = model.attention_modules()
+    device = next(model.parameters()).device
+    ref = build_attention("dot", mods[0].d_model, mods[0].n_heads, causal=mods[0].causal)
+    ref.to(device)
+    x = torch.randn(batch, n_tokens, mods[0].d_model, device=device, requires_grad=True)
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
+
+    def once(layers) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = clock()
+        for layer in layers:
+            layer(x).sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return clock() - start
+
+    copies = [copy.deepcopy(a) for a in mods]  # gradients stay off the trained model
+    dots = [ref] * len(mods)
+    once(copies), once(dots)  # warm-up
+    pairs = [(once(copies), once(dots)) for _ in range(reps)]
+    return {
+        "attn_ms": 1e3 * statistics.median(p[0] for p in pairs),
+        "attn_time_vs_dot": statistics.median(p[0] / p[1] for p in pairs),
+    }
+
+
+def gradient_agreement(
+    kind: str, options: dict, scale: float, tau: float, seed: int = 0
+) -> dict[str, float]:
+    """How far float32 gradients are from the float64 reference at one input scale and tau.
+
+    A module (d_model 32, 2 heads) with its metric moved off its start, inputs
+    scale * N(0, 1) [3, 20, 32], loss sum(y * w) with fixed weights w. Per gradient
+    tensor: |g32 - g64| / |g64| where the true gradient is not 0 (|g64| above 1e-9 of the
+    largest), and |g32 - g64| where it is 0 (a spurious gradient, which Adam would turn
+    into full-size steps); the worst of each, for the fast and the float32 reference
+    path, and how many fast calls fell back to the reference.
+    """
+    import copy
+
+    torch.manual_seed(seed)
+    mod = build_attention(kind, 32, 2, tau=tau, **options)
+    with torch.no_grad():
+        for p in mod.metric_parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = scale * torch.randn(3, 20, 32, generator=torch.Generator().manual_seed(seed + 1))
+
+    def grads(path, dtype):
+        m = copy.deepcopy(mod).to(dtype)
+        xi = x.to(dtype).clone().requires_grad_(True)
+        y = m(xi, path=path)
+        (y * torch.linspace(-1, 1, y.numel(), dtype=dtype).view_as(y)).sum().backward()
+        return [xi.grad, *(p.grad for p in m.parameters())], m
+
+    ref, _ = grads("reference", torch.float64)
+    floor = 1e-9 * max(float(g.norm()) for g in ref)
+
+    def worst(got, zero: bool) -> float:
+        errs = [float((a.double() - b).norm()) / (1.0 if zero else float(b.norm()))
+                for a, b in zip(got, ref, strict=True) if (float(b.norm()) <= floor) == zero]  # fmt: skip
+        return max(errs, default=0.0)
+
+    fast, used = grads("fast", torch.float32)
+    ref32, _ = grads("reference", torch.float32)
+    return {
+        "fast: relative error": worst(fast, False),
+        "fast: spurious gradient": worst(fast, True),
+        "float32 reference: relative error": worst(ref32, False),
+        "float32 reference: spurious gradient": worst(ref32, True),
+        "fast calls sent to the reference": used.stats.fallbacks,
+    }

@@ -36,7 +36,8 @@ def attention_flops(
 ) -> int:
     """Measured matmul FLOPs of one attention module on a random [batch, n_tokens, d] input."""
     check_choice("path", path, PATHS)
-    x = torch.randn(batch, check_int("n_tokens", n_tokens, 1), module.d_model)
+    device = next(module.parameters()).device
+    x = torch.randn(batch, check_int("n_tokens", n_tokens, 1), module.d_model, device=device)
     with torch.set_grad_enabled(backward):
         return measure_flops(lambda: module(x, path=path), backward=backward)["total"]
 
@@ -50,15 +51,17 @@ def analytic_attention_flops(
     m: int | None = None,
     shared_qk: bool = True,
     path: str = "fast",
+    width: int | None = None,
 ) -> int:
     """Forward matmul FLOPs of one attention module, term by term (2 per multiply-add).
 
     Projections: 2 B N D^2 each (q, k, v, o for dot and separate q/k; z, v, o shared).
-    Metric: forming M (matroidal (A l) A^T: 2 H d m d; dense L L^T: 2 H d^3), then
-    z M on the fast path (2 B H N d^2, once per distinct side), or u = A^T z on the
-    reference path (2 B H N d r per distinct side; r = m, or d for dense).
-    Scores and weighted values: 2 B H N^2 d' each, d' = d + 1 on the folded fast path.
-    The math backend and the reference path compute all N^2 scores even when causal.
+    Fast path: forming M (matroidal (A l) A^T: 2 H d m d; dense L L^T: 2 H d^3), then
+    M z per distinct side (2 B H N d^2). Reference path: u = U^T z
+    per distinct side (2 B H N d r; r = m, or d for dense). Scores and weighted values:
+    2 B H N^2 w each, with w the width the kernel runs: d for dot, the folded width
+    (d + 2, or ``width`` after padding) on the fast path, d on the reference path. The
+    math backend and the reference path compute all N^2 scores even when causal.
     """
     check_choice("kind", kind, ATTENTION_KINDS)
     check_choice("path", path, PATHS)
@@ -71,8 +74,9 @@ def analytic_attention_flops(
     r = d if kind == "dense" else (2 * d if m is None else m)
     if path == "reference":
         return proj + sides * 2 * B * H * N * d * r + 2 * B * H * N * N * d
+    w = d + 2 if width is None else width
     form = 2 * H * d * d * (d if kind == "dense" else r)
-    return proj + form + sides * 2 * B * H * N * d * d + 2 * (2 * B * H * N * N * (d + 1))
+    return proj + form + sides * 2 * B * H * N * d * d + 2 * (2 * B * H * N * N * w)
 
 
 def pairwise_flops(kind: str, batch: int, n_tokens: int, d_model: int, n_heads: int, m=None):

@@ -28,6 +28,7 @@ class LMConfig:
     mlp_ratio: int = 4
     attention: str = "dot"
     attention_options: dict = field(default_factory=dict)  # passed to build_attention
+    tie_weights: bool = False  # CharLM: the output layer reuses the token embedding
 
 
 class Block(nn.Module):
@@ -71,6 +72,22 @@ class _Stack(nn.Module):
         for a in self.attention_modules():
             a.path = path
 
+    def check_every(self, every: int) -> None:
+        """Count fast-path failures on every ``every``-th forward call (0: never)."""
+        for a in self.attention_modules():
+            a.check_every = check_int("every", every, minimum=0)
+
+    def fast_path_stats(self) -> dict[str, float]:
+        """``FastPathStats`` summed over layers (max_abs_logit: the largest)."""
+        rows = [a.stats.as_dict() for a in self.attention_modules()]
+        out = {k: sum(r[k] for r in rows) for k in rows[0]}
+        out["max_abs_logit"] = max(r["max_abs_logit"] for r in rows)
+        return out
+
+    def reset_stats(self) -> None:
+        for a in self.attention_modules():
+            a.stats = type(a.stats)()
+
     def keep_logits(self, flag: bool = True) -> None:
         for a in self.attention_modules():
             a.keep_logits = flag
@@ -92,6 +109,9 @@ class CharLM(_Stack):
         self._init_blocks(cfg, causal=True)
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
+        if cfg.tie_weights:  # small embeddings, or the first logits are ~sqrt(d) in size
+            nn.init.normal_(self.tok.weight, std=0.02)
+            self.head.weight = self.tok.weight
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(self.tok(idx)))
@@ -116,7 +136,7 @@ class PatchClassifier(_Stack):
 
 
 def parameter_report(model: nn.Module) -> dict[str, int]:
-    """total, attention (q/k/z/v/o projections and metric), and metric-only counts.
+    """total (a tied weight counted once), attention (q/k/z/v/o and metric), metric-only.
 
     Metric-only is what defines the similarity beyond the projections: 0 for dot,
     H d(d+1)/2 for dense, H m for matroidal (the support A is a fixed buffer).

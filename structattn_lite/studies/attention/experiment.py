@@ -1,93 +1,127 @@
 """The attention study: dot vs dense vs matroidal attention in a small Transformer.
 
-``run_attention(cfg)`` trains one config (char-level LM on PTB or the labelled
-fallback corpus; or CIFAR-10 patch tokens) and returns a ``RunRecord`` with every
-measurement; ``sweep`` caches runs in the ``RunStore``; ``main_grid`` and
-``fraction_grid`` list each profile's runs; ``run_profile`` does it all and returns
-the per-run summary (``structattn run attention``).
+The study contract (``structattn_lite.runs.sweep``): ``EXPERIMENT``, ``Config`` (checked
+when built), ``GRIDS`` and ``grid(name)``, ``run(config)`` and ``export(records)``.
+
+Fair tuning. Each variant (kind, m, shared or separate q/k) gets its own peak learning
+rate: ``tuning_grid(name)`` trains it at every rate of the grid's ``lrs`` on one seed,
+``choose_lrs`` keeps the rate with the best *validation* number, and ``final_grid``
+trains every seed at that rate; only the final runs read the test split, once, at the
+end (``Config.read_test``). ``grid(name)`` is the tuning grid followed, once its records
+are on disk, by the final grid, so ``sweep(study, grid(name))`` twice runs everything
+(``run_grid`` does both). tau starts at sqrt(d_head) and is learned per head.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
-from structattn_lite import config
+from structattn_lite import config as cfgmod
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.data import FALLBACK_LABEL, cifar10_available, load_corpus, ptb_available
+from structattn_lite.data import FALLBACK_LABEL, cifar10_available, ptb_available
 from structattn_lite.models.attention import ATTENTION_KINDS
 from structattn_lite.models.attention_checks import (
     attention_maps,
     learned_weights,
     model_failures,
     model_flops,
+    time_attention,
 )
-from structattn_lite.models.lm import CharLM, LMConfig, parameter_report
-from structattn_lite.runs import RunRecord, RunStore, config_dict
+from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
+from structattn_lite.records import RunRecord, config_dict, config_hash
+from structattn_lite.studies.attention.grids import GRIDS, variant_configs
+from structattn_lite.studies.attention.recipe import Recipe, train
 from structattn_lite.theory import SUPPORT_RULES
-from structattn_lite.training.trainer import Callback, OptimConfig, Trainer, few_threads
 
 EXPERIMENT = "attention"
-DATASETS = ("ptb", "fallback", "cifar10")
-LN2 = math.log(2.0)
+DATASETS = ("ptb", "fallback", "digits", "cifar10")
+IMAGE_DATASETS = ("digits", "cifar10")
 
 
 @dataclass(frozen=True)
-class AttentionRun:
+class Config:
     """Everything that determines one run; its hash keys the cached record."""
 
-    dataset: str = "ptb"  # "ptb", "fallback" (stdlib docstrings), "cifar10"
+    dataset: str = "ptb"  # "ptb", "fallback" (stdlib docstrings), "digits", "cifar10"
     kind: str = "matroidal"
     m: int | None = None  # matroidal support columns (None: 2 d_head)
     shared_qk: bool = True  # the seed's one projection z for queries and keys
     support: str = "random"  # drawn from ``seed`` for the random rule
-    tau: float | None = None  # None: sqrt(d_head)
+    tau: float | None = None  # starting tau (None: sqrt(d_head))
+    learn_tau: bool = True
     eps: float = 1e-4
     d_model: int = 128
     n_heads: int = 8
     n_layers: int = 2
-    block_size: int = 64
-    batch_size: int = 16
-    steps_per_eval: int = 25  # one trainer "epoch" = this many random-window steps
-    evals: int = 6
-    eval_windows: int = 128  # validation windows per learning-curve point
-    final_eval_windows: int = 512
-    check_windows: int = 4  # validation windows for the failure counts at each eval
-    data_fraction: float = 1.0  # leading fraction of the training text used
+    tie_weights: bool = False  # language model only (measured slower to learn early: off)
+    block_size: int = 128
+    batch_size: int = 32
+    data_fraction: float = 1.0  # leading fraction of the training text (or images)
+    recipe: Recipe = field(default_factory=Recipe)
+    eval_windows: int = 256  # validation windows (or images) per learning-curve point
+    final_eval_windows: int = 3000
+    read_test: bool = False  # final runs only: the test split, once, after training
     prune_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)  # delta = this quantile of l
+    prune_finetune_steps: int = 0  # steps at the final rate after each pruning
     seed: int = 0
-    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def __post_init__(self):
+        check_choice("dataset", self.dataset, DATASETS)
+        check_choice("kind", self.kind, ATTENTION_KINDS)
+        check_choice("support", self.support, SUPPORT_RULES)
+        if self.m is not None:
+            check_int("m", self.m, minimum=1)
+        for name in ("shared_qk", "learn_tau", "tie_weights", "read_test"):
+            check_choice(name, getattr(self, name), (True, False))
+        if self.tau is not None:
+            check_number("tau", self.tau, minimum=0.0, strict=True)
+        check_number("eps", self.eps, minimum=0.0)
+        for name in ("d_model", "n_heads", "n_layers", "block_size", "batch_size",
+                     "eval_windows", "final_eval_windows"):  # fmt: skip
+            check_int(name, getattr(self, name), minimum=1)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        check_number("data_fraction", self.data_fraction, minimum=0.0, strict=True)
+        if self.data_fraction > 1:
+            raise ValueError(f"data_fraction must be in (0, 1], got {self.data_fraction}")
+        if not isinstance(self.recipe, Recipe):
+            raise ValueError(f"recipe must be a Recipe, got {type(self.recipe).__name__}")
+        for f in self.prune_fractions:
+            check_number("prune_fractions", f, minimum=0.0, strict=True)
+        check_int("prune_finetune_steps", self.prune_finetune_steps, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
 
 
-def check_run(cfg: AttentionRun) -> AttentionRun:
-    check_choice("dataset", cfg.dataset, DATASETS)
-    check_choice("kind", cfg.kind, ATTENTION_KINDS)
-    check_choice("support", cfg.support, SUPPORT_RULES)
-    check_number("data_fraction", cfg.data_fraction, minimum=0.0, strict=True)
-    if cfg.data_fraction > 1:
-        raise ValueError(f"data_fraction must be in (0, 1], got {cfg.data_fraction}")
-    for name in ("block_size", "batch_size", "steps_per_eval", "evals", "eval_windows"):
-        check_int(name, getattr(cfg, name), minimum=1)
-    return cfg
+def replace(cfg: Config, **changes) -> Config:
+    return dataclasses.replace(cfg, **changes)
 
 
-def attention_options(cfg: AttentionRun) -> dict[str, Any]:
+def with_recipe(cfg: Config, **changes) -> Config:
+    return replace(cfg, recipe=dataclasses.replace(cfg.recipe, **changes))
+
+
+def attention_options(cfg: Config) -> dict[str, Any]:
     if cfg.kind == "dot":
         return {}
-    opts = {"shared_qk": cfg.shared_qk, "tau": cfg.tau, "eps": cfg.eps}
+    opts = {"shared_qk": cfg.shared_qk, "tau": cfg.tau, "eps": cfg.eps, "learn_tau": cfg.learn_tau}
     if cfg.kind == "matroidal":
         opts.update(m=cfg.m, support=cfg.support, support_seed=cfg.seed)
     return opts
 
 
-def variant_label(cfg: AttentionRun | dict) -> str:
+def variant_label(cfg: Config | dict) -> str:
     """ "dot", "dense", "matroidal m=2d", with " (sep q/k)" for separate projections."""
     c = cfg if isinstance(cfg, dict) else config_dict(cfg)
     label = c["kind"]
@@ -100,206 +134,140 @@ def variant_label(cfg: AttentionRun | dict) -> str:
     return label
 
 
-# --- data windows -----------------------------------------------------------------
-
-
-def windows(data: torch.Tensor, starts: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    chunk = data[starts[:, None] + torch.arange(T + 1)]
-    return chunk[:, :-1], chunk[:, 1:]
-
-
-def eval_starts(n: int, T: int, count: int) -> torch.Tensor:
-    """Evenly spaced, fixed window starts: every evaluation sees the same text."""
-    return torch.linspace(0, n - T - 2, min(count, n - T - 1)).long()
-
-
-@torch.no_grad()
-def bits_per_char(model: CharLM, data: torch.Tensor, T: int, count: int, batch: int = 64) -> float:
-    was_training = model.training
-    model.eval()
-    starts, total = eval_starts(len(data), T, count), 0.0
-    for i in range(0, len(starts), batch):
-        x, y = windows(data, starts[i : i + batch], T)
-        total += model.loss(x, y).item() * len(x)
-    model.train(was_training)
-    return total / len(starts) / LN2
-
-
-class StepTimer(Callback):
-    """Wall time between consecutive steps within an eval interval (evals excluded)."""
-
-    def __init__(self):
-        self.last, self.gaps = None, []
-
-    def on_batch_end(self, trainer, loss, grad_norm):
-        now = time.perf_counter()
-        if self.last is not None:
-            self.gaps.append(now - self.last)
-        self.last = now
-
-    def on_epoch_end(self, trainer, row):
-        self.last = None
+def variant_key(cfg: Config | dict) -> str:
+    """What a learning rate is tuned for: the variant on its dataset and model size."""
+    c = cfg if isinstance(cfg, dict) else config_dict(cfg)
+    return f"{c['dataset']}|{variant_label(c)}|d{c['d_model']}h{c['n_heads']}l{c['n_layers']}"
 
 
 # --- one run ----------------------------------------------------------------------
 
 
-def _lm_task(cfg: AttentionRun):
-    corpus = load_corpus(cfg.dataset)
-    T = cfg.block_size
-    n_train = max(T + 2, math.ceil(cfg.data_fraction * len(corpus.train)))
-    train, valid = corpus.train[:n_train], corpus.valid
+def build_task(cfg: Config, corpus=None, device: str = "cpu"):
+    """(task, model): the data a run reads (on ``device``) and its freshly initialised model."""
+    from structattn_lite.studies.attention.images import ImageTask
+    from structattn_lite.studies.attention.lm_task import LMTask
+
+    opts = attention_options(cfg)
+    if cfg.dataset in IMAGE_DATASETS:
+        task = ImageTask.build(cfg, device)
+        n_patches, patch_dim = task.tokens
+        torch.manual_seed(cfg.seed)
+        lm = LMConfig(vocab_size=1, block_size=n_patches, d_model=cfg.d_model,
+                      n_heads=cfg.n_heads, n_layers=cfg.n_layers, attention=cfg.kind,
+                      attention_options=opts)  # fmt: skip
+        return task, PatchClassifier(lm, patch_dim=patch_dim, n_classes=10)
+    task = LMTask.build(cfg, corpus, device)
     torch.manual_seed(cfg.seed)
-    lm_cfg = LMConfig(
-        vocab_size=len(corpus.vocab),
-        block_size=T,
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_layers=cfg.n_layers,
-        attention=cfg.kind,
-        attention_options=attention_options(cfg),
-    )
-    model = CharLM(lm_cfg)
-
-    def batches(generator):
-        for _ in range(cfg.steps_per_eval):
-            starts = torch.randint(0, n_train - T - 1, (cfg.batch_size,), generator=generator)
-            yield windows(train, starts, T)
-
-    def metric(m, count):
-        return {"val_bpc": bits_per_char(m, valid, T, count)}
-
-    check_x = windows(valid, eval_starts(len(valid), T, cfg.check_windows), T)[0]
-    data = {
-        **corpus.summary(),
-        "train_symbols_used": n_train,
-        "map_text": corpus.decode(check_x[0]),
-    }
-    return model, (lambda m, x, y: m.loss(x, y)), batches, metric, check_x, data
+    lm = LMConfig(vocab_size=len(task.corpus.vocab), block_size=cfg.block_size,
+                  d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers,
+                  attention=cfg.kind, attention_options=opts, tie_weights=cfg.tie_weights)  # fmt: skip
+    return task, CharLM(lm)
 
 
-def _cifar_task(cfg: AttentionRun):
-    from structattn_lite.studies.attention.images import cifar_task
+def _loss(cfg: Config):
+    if cfg.dataset in IMAGE_DATASETS:
+        return lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1])
+    return lambda m, b: m.loss(*b)
 
-    return cifar_task(cfg, attention_options(cfg))
 
-
-def _pruning(model, metric, cfg: AttentionRun) -> list[dict[str, float]]:
-    """Evaluate with columns l_e < delta removed; delta = a quantile of the learned l.
-
-    Quantiles rather than fixed deltas: l starts at d / 2m, so a fixed delta would keep
-    all or nothing depending on m; a quantile removes the smallest columns of any model.
-    """
+def _pruning(model, task, cfg: Config, loss_fn) -> list[dict[str, float]]:
+    """Validation after dropping columns with l_e < delta, delta a quantile of the learned
+    l (a fixed delta keeps all or nothing, since every l_e starts equal); each level is
+    fine-tuned for ``prune_finetune_steps`` at the run's final rate, then restored."""
     mods = [a for a in model.attention_modules() if a.kind == "matroidal"]
     if not mods:
         return []
-    out = [{"fraction": 0.0, "delta": 0.0, "kept": 1.0, **metric(model, cfg.eval_windows)}]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    out = [{"fraction": 0.0, "delta": 0.0, "kept": 1.0, **task.evaluate(model, cfg.eval_windows)}]
     l_all = torch.cat([a.weights().detach().flatten() for a in mods])
+    tune = dataclasses.replace(cfg.recipe, lr=cfg.recipe.lr * cfg.recipe.min_lr_ratio,
+                               warmup_steps=0, min_lr_ratio=1.0, check_every=0,
+                               max_steps=max(cfg.prune_finetune_steps, 1), patience=None,
+                               time_budget_s=None, eval_every=max(cfg.prune_finetune_steps, 1))  # fmt: skip
     for frac in cfg.prune_fractions:
         delta = float(torch.quantile(l_all, frac))
         kept = sum(a.prune(delta) for a in mods) / len(l_all)
-        out.append(
-            {"fraction": frac, "delta": delta, "kept": kept, **metric(model, cfg.eval_windows)}
-        )
+        if cfg.prune_finetune_steps:
+            train(model, loss_fn, task.batches(), lambda m: {"v": 0.0}, tune, monitor="v")
+        out.append({"fraction": frac, "delta": delta, "kept": kept,
+                    **task.evaluate(model, cfg.eval_windows)})  # fmt: skip
+        model.load_state_dict(state)
     for a in mods:
         a.unprune()
     return out
 
 
-def run_attention(cfg: AttentionRun, callbacks=(), progress: bool = True) -> RunRecord:
-    """Train one config from its seed; identical configs give identical histories."""
-    check_run(cfg)
-    task = _cifar_task if cfg.dataset == "cifar10" else _lm_task
-    model, loss_fn, batches, metric, check_x, data = task(cfg)
-    timer = StepTimer()
+def run(
+    config: Config, progress: bool = True, callbacks=(), device: str = "cpu", corpus=None
+) -> RunRecord:
+    """Train one config from its seed; identical configs give identical histories.
 
-    def evaluate(m):
-        return {**metric(m, cfg.eval_windows), **model_failures(m, check_x)}
-
-    trainer = Trainer(model, loss_fn, cfg.optim, callbacks=(timer, *callbacks), progress=progress)
-    start = time.perf_counter()
-    result = trainer.fit(
-        cfg.evals,
-        batches,
-        evaluate,
-        torch.Generator().manual_seed(cfg.seed),
-        desc=f"{variant_label(cfg)}/f{cfg.data_fraction:g}/s{cfg.seed}",
-    )
-    seconds = time.perf_counter() - start
-    history = result.history
-    if "train_loss" in history and cfg.dataset != "cifar10":
-        history["train_bpc"] = history["train_loss"] / LN2
-    history["step"] = history["epoch"] * cfg.steps_per_eval
-    norms = torch.tensor(result.step_grad_norms, dtype=torch.float64)
-    finite = norms[torch.isfinite(norms)]
-    late = finite[len(finite) // 2 :]
+    ``corpus`` replaces the language-model corpus (tests pass a doctored one).
+    """
+    cfg = config
+    task, model = build_task(cfg, corpus, device)
+    model.to(device)
+    monitor = "val_loss" if cfg.dataset in IMAGE_DATASETS else "val_bpc"
+    loss_fn = _loss(cfg)
+    out = train(model, loss_fn, task.batches(), lambda m: task.evaluate(m, cfg.eval_windows),
+                cfg.recipe, monitor=monitor, callbacks=callbacks, progress=progress)  # fmt: skip
+    history = out.history
+    if "train_loss" in history and monitor == "val_bpc":
+        history["train_bpc"] = history["train_loss"] / math.log(2)
+    check_x = task.check_batch().to(device)
+    warmup = cfg.recipe.warmup_steps
     extra = {
         "variant": variant_label(cfg),
-        "step_grad_norms": result.step_grad_norms,
-        "grad_norm_var": float(finite.var()) if len(finite) > 1 else float("nan"),
-        "grad_norm_var_late": float(late.var()) if len(late) > 1 else float("nan"),
-        "seconds": seconds,
-        "seconds_per_step": float(torch.tensor(timer.gaps).median()) if timer.gaps else None,
-        "data": data,
+        "variant_key": variant_key(cfg),
+        "stop": out.stop,
+        "steps": out.steps,
+        "best_step": out.best_step,
+        "seconds": out.seconds,
+        "cpu_seconds": out.cpu_seconds,
+        "grad_norms": {k: v[:: max(1, len(v) // 500)] for k, v in out.grad_norms.items()},
+        "grad_norm_var": out.grad_norm_variance(after=warmup),
+        "fast_path": out.stats,  # counted inside training steps, in the run's precision
         **parameter_report(model),
         **model_flops(model, check_x.shape[1]),
+        **time_attention(model, check_x.shape[1]),
     }
-    if result.status == "ok":
-        extra["final"] = metric(model, cfg.final_eval_windows)
-        extra["failures_final"] = model_failures(model, check_x)
+    if out.status == "ok":
+        extra["final"] = task.evaluate(model, cfg.final_eval_windows)
+        if cfg.read_test:  # the only place the test split is read
+            extra["final"].update(task.evaluate_test(model, cfg.final_eval_windows))
+        extra["audit"] = model_failures(model, check_x)  # reference path, a separate audit
         extra["maps"] = attention_maps(model, check_x[:, :48])
         extra["weights"] = learned_weights(model)
-        extra["pruning"] = _pruning(model, metric, cfg)
-    return RunRecord.from_training(EXPERIMENT, cfg, result, history=history, **extra)
+        extra["pruning"] = _pruning(model, task, cfg, loss_fn)
+    else:
+        extra["reason"] = out.extra.get("reason")
+    if hasattr(task, "corpus"):
+        data = {**task.corpus.summary(), "train_symbols_used": len(task.train),
+                "map_text": task.corpus.decode(check_x[0].cpu())}  # fmt: skip
+    else:
+        data = {"source": cfg.dataset, "train_images_used": len(task.train_x),
+                "val_images": len(task.valid_x)}  # fmt: skip
+    extra["data"] = data
+    return RunRecord(experiment=EXPERIMENT, key=config_hash(EXPERIMENT, cfg),
+                     config=config_dict(cfg), history=history, status=out.status,
+                     reason=extra.get("reason"), extra=extra)  # fmt: skip
 
 
-def sweep(
-    configs: list[AttentionRun],
-    store: RunStore | None = None,
-    progress: bool = True,
-    threads: int | None = None,
-) -> list[RunRecord]:
-    """Run (or reload) each config; ``threads`` caps torch's intra-op threads meanwhile.
-
-    ``progress`` shows one bar over the runs (per-run bars would flood a notebook).
-    """
-    from tqdm.auto import tqdm
-
-    store = store or RunStore()
-    with few_threads(threads):
-        return [
-            store.get_or_run(EXPERIMENT, c, lambda c: run_attention(c, progress=False))
-            for c in tqdm(configs, desc="runs", disable=not progress)
-        ]
+# --- tuning and grids ---------------------------------------------------------------
 
 
-# --- the profile grids ----------------------------------------------------------
-
-# (kind, m as a multiple of d_head, shared_qk)
-MAIN_VARIANTS = (
-    ("dot", None, True),
-    ("dense", None, True),
-    ("dense", None, False),
-    ("matroidal", 1, True),
-    ("matroidal", 2, True),
-    ("matroidal", 4, True),
-    ("matroidal", 2, False),
-)
-FRACTION_VARIANTS = (("dot", None, True), ("dense", None, True), ("matroidal", 2, True))
-
-# Single-threaded runs: these models are small, and on a shared 2-core machine two
-# threads contend with the notebook kernel and everything else (measured 2-4x slower).
-STUDY_PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"run": {"block_size": 32, "batch_size": 8, "steps_per_eval": 3, "evals": 2,
-                      "eval_windows": 16, "final_eval_windows": 16, "check_windows": 2},
-              "seeds": (0,), "fractions": (0.01,), "threads": 1},
-    "quick": {"run": {"block_size": 64, "batch_size": 16, "steps_per_eval": 20, "evals": 6,
-                      "eval_windows": 64, "final_eval_windows": 512},
-              "seeds": (0, 1), "fractions": (0.001, 0.01), "threads": 1},
-    "paper": {"run": {"block_size": 128, "batch_size": 32, "steps_per_eval": 100, "evals": 50,
-                      "eval_windows": 512, "final_eval_windows": 3000},
-              "seeds": (0, 1, 2), "fractions": (0.01, 0.1), "threads": None},
-}  # fmt: skip
+def choose_lrs(records: list[RunRecord]) -> dict[str, float]:
+    """variant_key -> the peak rate with the lowest best validation number (mean over
+    the seeds tuned); diverged runs count as infinitely bad."""
+    rows = []
+    for r in records:
+        monitor = "val_loss" if r.config["dataset"] in IMAGE_DATASETS else "val_bpc"
+        best = r.history[monitor].min() if r.status == "ok" and len(r.history) else math.inf
+        rows.append({"key": r.extra.get("variant_key") or variant_key(r.config),
+                     "lr": r.config["recipe"]["lr"], "best": best})  # fmt: skip
+    table = pd.DataFrame(rows).groupby(["key", "lr"])["best"].mean().reset_index()
+    return {k: float(g.loc[g["best"].idxmin(), "lr"]) for k, g in table.groupby("key")}
 
 
 def resolve_dataset(root=None) -> str:
@@ -310,46 +278,59 @@ def resolve_dataset(root=None) -> str:
     return "fallback"
 
 
-def _variant(spec: dict, dataset: str, kind: str, factor, shared: bool, **kw) -> AttentionRun:
-    d = AttentionRun.d_model // AttentionRun.n_heads
-    m = factor * d if factor else None
-    return AttentionRun(dataset=dataset, kind=kind, m=m, shared_qk=shared, **spec["run"], **kw)
+def tuning_grid(name: str) -> list[Config]:
+    """One seed of every variant at every rate of the grid's ``lrs`` (validation only)."""
+    spec = GRIDS[cfgmod.check_grid(name)]
+    return [with_recipe(c, lr=lr) for c in _tuned_variants(name) for lr in spec["lrs"]]
 
 
-def main_grid(profile: str, dataset: str) -> list[AttentionRun]:
-    """Every variant at full data, each seed."""
-    spec = config.pick(profile, STUDY_PROFILES)
-    return [_variant(spec, dataset, *v, seed=s) for v in MAIN_VARIANTS for s in spec["seeds"]]
+def _tuned_variants(name: str) -> list[Config]:
+    spec = GRIDS[name]
+    seen, out = set(), []
+    for c in variant_configs(name, Config, resolve_dataset(), cifar10_available()):
+        recipe = dataclasses.replace(c.recipe, precision="float32", patience=None)
+        base = replace(c, seed=spec["seeds"][0], read_test=False, data_fraction=1.0,
+                       prune_fractions=(), recipe=recipe)  # fmt: skip
+        if variant_key(base) not in seen:
+            seen.add(variant_key(base))
+            out.append(base)
+    return out
 
 
-def fraction_grid(profile: str, dataset: str) -> list[AttentionRun]:
-    """The low-data sweep (fraction 1.0 is in the main grid)."""
-    spec = config.pick(profile, STUDY_PROFILES)
-    return [
-        _variant(spec, dataset, *v, seed=s, data_fraction=f)
-        for f in spec["fractions"]
-        for v in FRACTION_VARIANTS
-        for s in spec["seeds"]
-    ]
+def final_grid(name: str, lrs: dict[str, float]) -> list[Config]:
+    """Every run of the grid at its variant's tuned rate, reading the test split once."""
+    return [with_recipe(replace(c, read_test=True), lr=lrs[variant_key(c)])
+            for c in variant_configs(name, Config, resolve_dataset(), cifar10_available())]  # fmt: skip
 
 
-def cifar_grid(profile: str) -> list[AttentionRun]:
-    """Paper profile only, and only where CIFAR-10 is on disk."""
-    if profile != "paper" or not cifar10_available():
-        return []
-    spec = config.pick(profile, STUDY_PROFILES)
-    return [_variant(spec, "cifar10", *v, seed=s) for v in MAIN_VARIANTS for s in spec["seeds"]]
+def grid(name: str, store=None) -> list[Config]:
+    """The tuning grid, then (once its records are cached) the final grid."""
+    from structattn_lite.records import RunStore
+
+    store = store or RunStore()
+    tuning = tuning_grid(name)
+    cached = [store.load(EXPERIMENT, c) for c in tuning]
+    if any(r is None for r in cached):
+        return tuning
+    return tuning + final_grid(name, choose_lrs(cached))
 
 
-def run_profile(profile: str, progress: bool = True) -> pd.DataFrame:
-    """Run (or reload) the profile's grids; one summary row per run."""
+def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
+    """Tune, choose each variant's rate on validation, then train the final runs."""
+    from structattn_lite.runs import sweep
+
+    tuned = sweep(EXPERIMENT, tuning_grid(name), progress=progress, **sweep_options)
+    finals = final_grid(name, choose_lrs(tuned))
+    return tuned + sweep(EXPERIMENT, finals, progress=progress, **sweep_options)
+
+
+def export(records: list[RunRecord]) -> list[Path]:
+    """The committed compact results: one CSV row per run (summary) and the histories."""
+    from structattn_lite.records import export_histories
     from structattn_lite.studies.attention.report import summarize
 
-    dataset = resolve_dataset()
-    runs = main_grid(profile, dataset) + fraction_grid(profile, dataset) + cifar_grid(profile)
-    threads = config.pick(profile, STUDY_PROFILES)["threads"]
-    return summarize(sweep(runs, progress=progress, threads=threads))
-
-
-def replace(cfg: AttentionRun, **changes) -> AttentionRun:
-    return dataclasses.replace(cfg, **changes)
+    out = cfgmod.results_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    summary = out / "attention_runs.csv"
+    summarize(records).to_csv(summary, index=False, float_format="%.6g")
+    return [summary, export_histories(records, out / "attention_histories.csv.gz")]

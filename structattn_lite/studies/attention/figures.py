@@ -11,7 +11,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from structattn_lite.runs import RunRecord
+from structattn_lite.records import RunRecord
+from structattn_lite.report import figure_size
 
 NOTEBOOK = "02_attention"
 
@@ -22,67 +23,93 @@ def slug(name: str) -> str:
 
 
 def _palette(variants: list[str]) -> dict[str, tuple]:
-    return dict(zip(variants, sns.color_palette("tab10", len(variants)), strict=False))
+    return dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=False))
 
 
 def _variants(records: list[RunRecord]) -> list[str]:
     return list(dict.fromkeys(r.extra["variant"] for r in records))
 
 
-def plot_learning_curves(
-    records: list[RunRecord], fractions: tuple[float, ...] | None = None
-) -> Figure:
-    """Validation (solid) and training (dashed) bpc against steps, one panel per data fraction.
+def _history_frame(records: list[RunRecord], metric: str) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        if r.status != "ok" or metric not in r.history:
+            continue
+        h = r.history
+        rows.append(pd.DataFrame({"variant": r.extra["variant"], "seed": r.seed,
+                                  "step": h["step"], metric: h[metric]}))  # fmt: skip
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
-    Training bpc is the mean over the steps since the previous evaluation, so it lags;
-    with little text the validation curve turning up while training falls is overfitting.
-    """
-    fractions = fractions or tuple(
-        sorted({r.config["data_fraction"] for r in records}, reverse=True)
-    )
-    colors = _palette(_variants(records))
-    fig = Figure(figsize=(4.5 * len(fractions), 4), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(fractions), sharey=True))
-    for ax, fraction in zip(axes, fractions, strict=True):
-        recs = [r for r in records if r.config["data_fraction"] == fraction and r.status == "ok"]
-        seen = set()
-        for r in recs:
-            h, v = r.history, r.extra["variant"]
-            ax.plot(
-                h["step"], h["val_bpc"], color=colors[v], lw=1.2, label=None if v in seen else v
-            )
-            ax.plot(h["step"], h["train_bpc"], color=colors[v], lw=0.8, ls="--")
-            seen.add(v)
-        ax.set(xlabel="step", title=f"data fraction {fraction:g}")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("bits per character (solid: validation, dashed: train)")
+
+def plot_learning_curves(
+    records: list[RunRecord], metric: str = "val_bpc", floors: dict | None = None
+) -> Figure:
+    """One panel per variant (every seed thin, the mean over seeds bold), and a last panel
+    with each variant's mean minus dot product's at the same step, so no curve hides
+    another. ``floors`` (name -> bpc) draws the n-gram floors as dotted lines."""
+    what = {"val_bpc": "validation bits per character", "val_loss": "validation loss (nats)"}
+    frame = _history_frame(records, metric)
+    if frame.empty:
+        fig = Figure(figsize=figure_size(1, height=2))
+        fig.subplots().text(0.5, 0.5, "no finished runs", ha="center")
+        return fig
+    variants = list(dict.fromkeys(frame["variant"]))
+    colors = _palette(variants)
+    cols = min(4, len(variants) + 1)
+    rows = -(-(len(variants) + 1) // cols)
+    fig = Figure(figsize=figure_size(2, height=2.2 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True)).ravel()
+    means = frame.groupby(["variant", "step"])[metric].mean()
+    for ax, v in zip(axes, variants, strict=False):
+        for _, g in frame[frame["variant"] == v].groupby("seed"):
+            ax.plot(g["step"], g[metric], color=colors[v], lw=0.6, alpha=0.5)
+        ax.plot(means[v].index, means[v].values, color=colors[v], lw=2)
+        for name, value in (floors or {}).items():
+            ax.axhline(value, color="grey", ls=":", lw=0.8)
+            ax.text(ax.get_xlim()[0], value, f" {name}", fontsize=6, va="bottom", color="grey")
+        ax.set(title=v, xlabel="training step", ylabel=what.get(metric, metric))
+    diff_ax = axes[len(variants)]
+    if "dot" in variants:
+        for v in variants:
+            if v != "dot":
+                d = (means[v] - means["dot"]).dropna()
+                diff_ax.plot(d.index, d.values, color=colors[v], lw=1.5, label=v)
+        diff_ax.axhline(0, color="black", lw=0.8)
+        diff_ax.set(title="difference to dot\n(mean over seeds)", xlabel="training step",
+                    ylabel="variant minus dot (below 0: better)")  # fmt: skip
+        diff_ax.legend(fontsize=6)
+    for ax in axes[len(variants) + 1 :]:
+        ax.set_axis_off()
     return fig
 
 
 def plot_fraction_sweep(summary: pd.DataFrame) -> Figure:
-    """Final validation bpc against the fraction of training text (mean ± sd over seeds)."""
-    kinds = summary[summary["fraction"] < 1]["variant"].unique()
-    sub = summary[summary["variant"].isin(kinds)]
-    fig = Figure(figsize=(5.5, 4), layout="constrained")
+    """Test bpc against the fraction of training text (mean and 95% t interval)."""
+    from scipy import stats
+
+    sub = summary[~summary["tuning"].astype(bool) & summary["part"].isin(["main", "low data"])]
+    kinds = sub[sub["fraction"] < 1]["variant"].unique()
+    sub = sub[sub["variant"].isin(kinds) & (sub["precision"] == "float32")]
+    fig = Figure(figsize=figure_size(1, height=2.6), layout="constrained")
     ax = fig.subplots()
     for variant, g in sub.groupby("variant", sort=False):
-        stats = g.groupby("fraction")["val_bpc"].agg(["mean", "std"]).fillna(0.0)
-        ax.errorbar(
-            stats.index, stats["mean"], yerr=stats["std"], marker="o", capsize=3, label=variant
-        )
+        agg = g.groupby("fraction")["test_bpc"].agg(["mean", "std", "count"])
+        half = stats.t.ppf(0.975, (agg["count"] - 1).clip(lower=1)) * agg["std"].fillna(0)
+        ax.errorbar(agg.index, agg["mean"], yerr=half / np.sqrt(agg["count"]), marker="o",
+                    capsize=3, label=variant)  # fmt: skip
     ax.set_xscale("log")
-    ax.set(
-        xlabel="fraction of the training text", ylabel="validation bpc", title="data-fraction sweep"
-    )
+    ax.set(xlabel="fraction of the training text used", ylabel="test bits per character",
+           title="low-data sweep (bars: 95% t interval over seeds)")  # fmt: skip
     ax.legend(fontsize=8)
     return fig
 
 
-def plot_grad_norms(records: list[RunRecord], fraction: float = 1.0) -> Figure:
-    """Per-step gradient norms (before clipping), first seed of each variant."""
-    recs = [r for r in records if r.config["data_fraction"] == fraction]
+def plot_grad_norms(records: list[RunRecord], group: str = "total") -> Figure:
+    """Per-step gradient norms before clipping (one group: "total", a layer, "metric"),
+    first seed of each variant; the warmup is shaded."""
+    recs = [r for r in records if r.status == "ok" and group in r.extra.get("grad_norms", {})]
     colors = _palette(_variants(recs))
-    fig = Figure(figsize=(10, 3.5), layout="constrained")
+    fig = Figure(figsize=figure_size(2, height=2.6), layout="constrained")
     ax = fig.subplots()
     done = set()
     for r in recs:
@@ -90,8 +117,13 @@ def plot_grad_norms(records: list[RunRecord], fraction: float = 1.0) -> Figure:
         if v in done:
             continue
         done.add(v)
-        ax.plot(r.extra["step_grad_norms"], color=colors[v], lw=0.8, label=v)
-    ax.set(xlabel="step", ylabel="gradient norm (pre-clip)", yscale="log", title="gradient norms")
+        norms = r.extra["grad_norms"][group]
+        stride = max(1, r.extra["steps"] // max(len(norms), 1))
+        ax.plot(np.arange(len(norms)) * stride, norms, color=colors[v], lw=0.8, label=v)
+    if recs:
+        ax.axvspan(0, recs[0].config["recipe"]["warmup_steps"], color="grey", alpha=0.15)
+    ax.set(xlabel="training step", ylabel=f"gradient norm before clipping ({group})",
+           yscale="log", title="gradient norms (shaded: warmup, left out of the variance)")  # fmt: skip
     ax.legend(fontsize=7, ncol=2)
     return fig
 
@@ -99,7 +131,7 @@ def plot_grad_norms(records: list[RunRecord], fraction: float = 1.0) -> Figure:
 def plot_learned_weights(record: RunRecord) -> Figure:
     """l = softplus(theta) per layer (heads x columns), or dense M's eigenvalues per head."""
     weights = [np.asarray(w) for w in record.extra.get("weights", [])]
-    fig = Figure(figsize=(4.5 * max(len(weights), 1), 3.2), layout="constrained")
+    fig = Figure(figsize=figure_size(2, height=2.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, max(len(weights), 1)))
     if not weights:
         axes[0].text(0.5, 0.5, "dot-product attention: no metric weights", ha="center")
@@ -118,14 +150,15 @@ def plot_learned_weights(record: RunRecord) -> Figure:
 def plot_weight_histograms(records: list[RunRecord]) -> Figure:
     """Distribution of learned l_e across heads and layers, per matroidal variant."""
     recs = [r for r in records if r.config["kind"] == "matroidal" and r.extra.get("weights")]
-    fig = Figure(figsize=(6, 3.5), layout="constrained")
+    fig = Figure(figsize=figure_size(1, height=2.4), layout="constrained")
     ax = fig.subplots()
     for v in _variants(recs):
         vals = np.concatenate(
             [np.ravel(w) for r in recs if r.extra["variant"] == v for w in r.extra["weights"]]
         )
         ax.hist(vals, bins=40, histtype="step", label=v)
-    ax.set(xlabel="l_e = softplus(theta_e)", ylabel="columns", title="learned matroidal weights")
+    ax.set(xlabel=r"learned weight $\ell_e = \mathrm{softplus}(\theta_e)$", ylabel="columns",
+           title="learned matroidal weights")  # fmt: skip
     ax.legend(fontsize=8)
     return fig
 
@@ -134,7 +167,7 @@ def plot_attention_map(record: RunRecord, layer: int = 0, head: int = 0) -> Figu
     """Softmax attention of one layer and head on the fixed validation window."""
     A = np.asarray(record.extra["maps"][layer][head])
     text = record.extra["data"].get("map_text", "")[: A.shape[0]]
-    fig = Figure(figsize=(5, 4.5), layout="constrained")
+    fig = Figure(figsize=figure_size(1, height=3.2), layout="constrained")
     ax = fig.subplots()
     im = ax.imshow(A, cmap="magma", vmin=0, vmax=1)
     if len(text) == A.shape[0]:
@@ -151,17 +184,18 @@ def plot_attention_map(record: RunRecord, layer: int = 0, head: int = 0) -> Figu
 
 
 def plot_pruning(records: list[RunRecord]) -> Figure:
-    """Validation bpc after dropping columns with l_e < delta, against the fraction kept."""
-    fig = Figure(figsize=(5.5, 4), layout="constrained")
+    """Validation bpc after dropping columns with l_e < delta and a short fine-tune,
+    against the share of support columns kept."""
+    fig = Figure(figsize=figure_size(1, height=2.6), layout="constrained")
     ax = fig.subplots()
     for r in records:
         p = pd.DataFrame(r.extra.get("pruning", []))
-        if len(p) and r.config["data_fraction"] == 1.0:
+        if len(p) and r.config["data_fraction"] == 1.0 and "val_bpc" in p:
             ax.plot(p["kept"], p["val_bpc"], marker="o", label=f"{r.extra['variant']} s{r.seed}")
     ax.set(
-        xlabel="fraction of support columns kept",
-        ylabel="validation bpc",
-        title="pruning columns with l_e < delta (delta: a quantile of l)",
+        xlabel="share of support columns kept",
+        ylabel="validation bits per character",
+        title="pruning columns with $\\ell_e < \\delta$,\nthen a short fine-tune",
     )
     ax.legend(fontsize=7)
     return fig
@@ -173,7 +207,8 @@ def run_browser(records: list[RunRecord]):
     from IPython.display import display
 
     ok = [r for r in records if r.status == "ok" and r.extra.get("maps")]
-    names = [f"{r.extra['variant']} | f={r.config['data_fraction']:g} | seed {r.seed}" for r in ok]
+    names = [f"{r.extra['variant']} | {r.config['dataset']} | f={r.config['data_fraction']:g} | "
+             f"{r.config['recipe']['precision']} | seed {r.seed}" for r in ok]  # fmt: skip
     run = w.Dropdown(options=list(zip(names, range(len(ok)), strict=True)), description="run")
     layer = w.IntSlider(
         0, 0, max(len(ok[0].extra["maps"]) - 1, 0) if ok else 0, description="layer"
@@ -191,11 +226,8 @@ def run_browser(records: list[RunRecord]):
         with out:
             display(plot_attention_map(r, layer.value, head.value))
             display(plot_learned_weights(r))
-            cols = [
-                c
-                for c in ("step", "train_bpc", "val_bpc", "fast_ref_gap", "neg_sq_dist")
-                if c in r.history
-            ]
+            cols = [c for c in ("step", "lr", "train_bpc", "val_bpc", "val_acc", "cpu_seconds")
+                    if c in r.history]  # fmt: skip
             display(r.history[cols].round(4))
 
     for control in (run, layer, head):

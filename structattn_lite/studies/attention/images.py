@@ -1,16 +1,35 @@
-"""CIFAR-10 as patch tokens for the attention study (runs only where the data is on disk).
+"""Images as patch tokens for the attention study: the 8x8 digits (offline) and CIFAR-10.
 
-The last tenth of the training images (at most 5,000) is held out as the validation
-set; the official test split is not touched, so nothing is selected on it.
+The digits ship with scikit-learn and are split train / validation / test by
+``data.images.digits_patches``; CIFAR-10 runs only where it is on disk, with the last
+tenth of its training images (at most 5,000) as validation and its official test split
+read only by ``evaluate_test``. The same blocks as the language model, non-causal,
+mean-pooled into a classifier.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from structattn_lite.data import cifar10_patches
-from structattn_lite.models.lm import LMConfig, PatchClassifier
+from structattn_lite.data.images import cifar10_patches, digits_patches
+from structattn_lite.models.lm import PatchClassifier
+
+
+@torch.no_grad()
+def scores(model: PatchClassifier, x: torch.Tensor, y: torch.Tensor, batch: int = 256):
+    """(mean cross-entropy in nats, accuracy) of ``model`` on images ``x``, labels ``y``."""
+    was_training = model.training
+    model.eval()
+    loss, hits = 0.0, 0
+    for i in range(0, len(x), batch):
+        logits = model(x[i : i + batch])
+        loss += F.cross_entropy(logits, y[i : i + batch], reduction="sum").item()
+        hits += (logits.argmax(-1) == y[i : i + batch]).sum().item()
+    model.train(was_training)
+    return loss / len(x), hits / len(x)
 
 
 def _stack(dataset, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -18,50 +37,62 @@ def _stack(dataset, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(xs), torch.tensor(ys)
 
 
-@torch.no_grad()
-def accuracy(model: PatchClassifier, x: torch.Tensor, y: torch.Tensor, batch: int = 256) -> float:
-    was_training = model.training
-    model.eval()
-    hits = sum((model(x[i : i + batch]).argmax(-1) == y[i : i + batch]).sum().item()
-               for i in range(0, len(x), batch))  # fmt: skip
-    model.train(was_training)
-    return hits / len(x)
+@dataclass
+class ImageTask:
+    """Training images (the leading ``data_fraction``), validation images, and a loader
+    for the test split that nothing but ``evaluate_test`` calls."""
 
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    valid_x: torch.Tensor
+    valid_y: torch.Tensor
+    load_test: object  # () -> (x, y)
+    batch_size: int
+    seed: int
+    source: str
 
-def cifar_task(cfg, options: dict):
-    """(model, loss_fn, batches, metric, check_x, data) as ``attention_study`` expects."""
-    train = cifar10_patches(train=True, patch=4)
-    n = len(train)
-    n_val = max(1, min(5000, n // 10))
-    n_fit = max(1, int((n - n_val) * cfg.data_fraction))
-    val_x, val_y = _stack(train, list(range(n - n_val, n))[: cfg.final_eval_windows])
-    n_patches, patch_dim = val_x.shape[1:]
-    torch.manual_seed(cfg.seed)
-    lm_cfg = LMConfig(
-        vocab_size=1,
-        block_size=n_patches,
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_layers=cfg.n_layers,
-        attention=cfg.kind,
-        attention_options=options,
-    )
-    model = PatchClassifier(lm_cfg, patch_dim=patch_dim, n_classes=10)
+    @classmethod
+    def build(cls, cfg, device: str = "cpu") -> ImageTask:
+        if cfg.dataset == "digits":
+            tx, ty = digits_patches("train")
+            vx, vy = digits_patches("valid")
+            load_test = lambda: digits_patches("test")  # noqa: E731
+        else:
+            full = cifar10_patches(train=True, patch=4)
+            n = len(full)
+            n_val = max(1, min(5000, n // 10))
+            tx, ty = _stack(full, list(range(n - n_val)))
+            vx, vy = _stack(full, list(range(n - n_val, n)))
+            test = lambda: _stack(t := cifar10_patches(train=False), list(range(len(t))))  # noqa: E731
+            load_test = test
+        n_fit = max(1, int(len(tx) * cfg.data_fraction))
+        tx, ty, vx, vy = (t.to(device) for t in (tx[:n_fit], ty[:n_fit], vx, vy))
+        return cls(tx, ty, vx, vy, lambda: tuple(t.to(device) for t in load_test()),
+                   cfg.batch_size, cfg.seed, cfg.dataset)  # fmt: skip
 
-    def batches(generator):
-        for _ in range(cfg.steps_per_eval):
-            idx = torch.randint(0, n_fit, (cfg.batch_size,), generator=generator)
-            yield _stack(train, idx.tolist())
+    @property
+    def tokens(self) -> tuple[int, int]:
+        """(patches per image, numbers per patch)."""
+        return tuple(self.train_x.shape[1:])
 
-    def metric(m, count):
-        return {"val_acc": accuracy(m, val_x[:count], val_y[:count])}
+    def batches(self):
+        gen = torch.Generator().manual_seed(self.seed)
 
-    data = {"source": "cifar10", "train_images_used": n_fit, "val_images": len(val_x)}
-    return (
-        model,
-        (lambda m, x, y: F.cross_entropy(m(x), y)),
-        batches,
-        metric,
-        val_x[: cfg.check_windows],
-        data,
-    )
+        def batch(step: int):
+            idx = torch.randint(0, len(self.train_x), (self.batch_size,), generator=gen)
+            idx = idx.to(self.train_x.device)
+            return self.train_x[idx], self.train_y[idx]
+
+        return batch
+
+    def evaluate(self, model: PatchClassifier, count: int) -> dict[str, float]:
+        loss, acc = scores(model, self.valid_x[:count], self.valid_y[:count])
+        return {"val_loss": loss, "val_acc": acc}
+
+    def evaluate_test(self, model: PatchClassifier, count: int) -> dict[str, float]:
+        x, y = self.load_test()
+        loss, acc = scores(model, x[:count], y[:count])
+        return {"test_loss": loss, "test_acc": acc}
+
+    def check_batch(self, count: int = 4) -> torch.Tensor:
+        return self.valid_x[:count]

@@ -1,4 +1,10 @@
-"""Tables and the plain-words verdict of the attention study, from run records."""
+"""Tables and the plain-words verdicts of the attention study, from run records.
+
+``summarize`` turns records into one row per run (the committed CSV is this table);
+every table below reads that summary, so the notebook renders committed grids without
+retraining. Intervals are 95% Student-t intervals over seeds; differences between two
+variants use Welch's t interval. Language-model tables carry the n-gram floors.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +12,43 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from structattn_lite.models.attention_checks import FAILURE_KEYS
-from structattn_lite.runs import RunRecord
+from structattn_lite.records import RunRecord
+from structattn_lite.studies.attention.grids import part
 
 PARAM_KEYS = ("params_total", "params_attention", "params_metric")
 FLOP_KEYS = ("flops_fast", "flops_reference", "flops_analytic", "flops_pairwise")
+AUDIT_KEYS = ("nonfinite_logits", "underflow_rows", "zero_rows", "neg_sq_dist", "fast_ref_gap")
+FAST_KEYS = ("rows", "nonfinite", "saturated_rows", "max_abs_logit", "fallbacks", "calls")
+LEVEL = 0.95
 
 
 def summarize(records: list[RunRecord]) -> pd.DataFrame:
-    """One row per run: final metric, stability, failures, size, cost."""
+    """One row per run: final numbers, stability, counters, size, cost."""
     rows = []
     for r in records:
         c, x, h = r.config, r.extra, r.history
-        final = x.get("final", {})
+        final, recipe = x.get("final", {}), c["recipe"]
+        var = x.get("grad_norm_var", {})
         row = {
-            "variant": x.get("variant", c["kind"]),
-            "dataset": c["dataset"],
-            "kind": c["kind"],
-            "m": c["m"] or (2 * c["d_model"] // c["n_heads"] if c["kind"] == "matroidal" else None),
-            "shared_qk": c["shared_qk"] if c["kind"] != "dot" else None,
-            "fraction": c["data_fraction"],
-            "seed": c["seed"],
-            "status": r.status,
-            "steps": len(x.get("step_grad_norms", [])),
-            "val_bpc": final.get("val_bpc", math.nan),
-            "val_acc": final.get("val_acc", math.nan),
+            "variant": x.get("variant", c["kind"]), "part": part(c), "dataset": c["dataset"],
+            "kind": c["kind"], "m": c["m"], "shared_qk": c["shared_qk"] if c["kind"] != "dot" else None,
+            "fraction": c["data_fraction"], "precision": recipe["precision"], "seed": c["seed"],
+            "lr": recipe["lr"], "tuning": not c["read_test"], "status": r.status,
+            "stop": x.get("stop"), "steps": x.get("steps"), "best_step": x.get("best_step"),
             "train_bpc": h["train_bpc"].iloc[-1] if "train_bpc" in h and len(h) else math.nan,
-            "grad_norm_var": x.get("grad_norm_var", math.nan),
-            "grad_norm_var_late": x.get("grad_norm_var_late", math.nan),
-            **{k: x.get(k, math.nan) for k in PARAM_KEYS + FLOP_KEYS},
+            **{k: final.get(k, math.nan) for k in ("val_bpc", "test_bpc", "val_loss",
+                                                    "val_acc", "test_loss", "test_acc")},
+            **{f"gnv_{k}": v for k, v in var.items()},
+            **{f"fast_{k}": x.get("fast_path", {}).get(k, math.nan) for k in FAST_KEYS},
+            **{f"audit_{k}": x.get("audit", {}).get(k, math.nan) for k in AUDIT_KEYS},
+            **{k: x.get(k, math.nan) for k in (*PARAM_KEYS, *FLOP_KEYS)},
+            "attn_ms": x.get("attn_ms", math.nan),
+            "attn_time_vs_dot": x.get("attn_time_vs_dot", math.nan),
             "metric_drift": _metric_drift(c, x.get("weights")),
-            "seconds_per_step": x.get("seconds_per_step") or math.nan,
-            "seconds": x.get("seconds", math.nan),
-        }
-        for k in (*FAILURE_KEYS, "entries"):  # the check batch at every eval, and at the end
-            col = h[k] if k in h else pd.Series(dtype=float)
-            vals = [*col.tolist(), x.get("failures_final", {}).get(k, math.nan)]
-            vals = [v for v in vals if not (isinstance(v, float) and math.isnan(v))]
-            agg = max if k == "fast_ref_gap" else sum
-            row[k] = agg(vals) if vals else math.nan
+            "seconds": x.get("seconds", math.nan), "cpu_seconds": x.get("cpu_seconds", math.nan),
+        }  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -61,147 +64,191 @@ def _metric_drift(config: dict, weights) -> float:
     return float(np.abs(w / start - 1).max())
 
 
-def _mean_sd(s: pd.Series, digits: int) -> str:
-    s = s.dropna()
-    if not len(s):
+def interval(values, digits: int = 3) -> str:
+    """ "mean ± half-width (n=k, 95% t)"; one seed has no interval and says so."""
+    v = pd.Series(values, dtype=float).dropna()
+    if not len(v):
         return "n/a"
-    if len(s) == 1:
-        return f"{s.iloc[0]:.{digits}f} (n=1)"
-    return f"{s.mean():.{digits}f} ± {s.std(ddof=1):.{digits}f} (n={len(s)})"
+    if len(v) == 1:
+        return f"{v.iloc[0]:.{digits}f} (n=1, no interval)"
+    half = stats.t.ppf(0.5 + LEVEL / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+    return f"{v.mean():.{digits}f} ± {half:.{digits}f} (n={len(v)}, 95% t)"
 
 
-def measurement_table(summary: pd.DataFrame, fraction: float = 1.0) -> pd.DataFrame:
-    """Every measurement per variant at one data fraction: mean ± sd over seeds."""
-    sub = summary[summary["fraction"] == fraction]
-    metric = "val_acc" if sub["val_bpc"].isna().all() else "val_bpc"
+def difference(a, b) -> tuple[float, float, float, int]:
+    """mean(b) - mean(a), its 95% Welch interval (low, high), and the smaller n."""
+    a, b = (pd.Series(v, dtype=float).dropna() for v in (a, b))
+    n = min(len(a), len(b))
+    if n < 2:
+        diff = float(b.mean() - a.mean()) if n else math.nan
+        return diff, math.nan, math.nan, n
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else 1.0
+    half = stats.t.ppf(0.5 + LEVEL / 2, dof) * se
+    diff = float(b.mean() - a.mean())
+    return diff, diff - half, diff + half, n
+
+
+def finals(summary: pd.DataFrame) -> pd.DataFrame:
+    """The final runs (tuning runs left out) that finished."""
+    return summary[~summary["tuning"].astype(bool)]
+
+
+def floor_rows(floors: dict[str, dict[str, float]] | None) -> pd.DataFrame:
+    """The n-gram floors (``floors.floor_table``) as rows with "val bpc" and "test bpc"."""
+    if not floors:
+        return pd.DataFrame()
+    return pd.DataFrame([{"variant": f"{k} floor (add-0.1 {k} model)",
+                          "test bpc": f"{floors['test'][k]:.3f}",
+                          "val bpc": f"{floors['valid'][k]:.3f}"} for k in floors["valid"]])  # fmt: skip
+
+
+def measurement_table(summary: pd.DataFrame, which: str = "main", floors=None) -> pd.DataFrame:
+    """Every measurement per variant of one part ("main", "stability", "digits", ...)."""
+    sub = finals(summary)
+    sub = sub[sub["part"] == which]
+    image = which in ("digits", "cifar10")
     out = []
     for variant, g in sub.groupby("variant", sort=False):
-        out.append(
-            {
-                "variant": variant,
-                metric: _mean_sd(g[metric], 3),
-                "train_bpc": _mean_sd(g["train_bpc"], 3),
-                "grad-norm var": _mean_sd(g["grad_norm_var"], 4),
-                "max metric drift": _mean_sd(g["metric_drift"], 3),
-                "s/step": _mean_sd(g["seconds_per_step"], 3),
-                "params total": int(g["params_total"].iloc[0]),
-                "params attention": int(g["params_attention"].iloc[0]),
-                "params metric": int(g["params_metric"].iloc[0]),
-                "attn MFLOPs fast": g["flops_fast"].iloc[0] / 1e6,
-                "attn MFLOPs ref (+pairwise)": (
-                    g["flops_reference"].iloc[0] + g["flops_pairwise"].iloc[0]
-                )
-                / 1e6,
-                "NaN/Inf logits": int(g["nonfinite_logits"].sum()),
-                "underflow rows": int(g["underflow_rows"].sum()),
-                "zero softmax rows": int(g["zero_rows"].sum()),
-                "neg. sq. dist (of logits)": (
-                    f"{int(g['neg_sq_dist'].sum())} of {int(g['entries'].sum())}"
-                    if g["neg_sq_dist"].notna().any()
-                    else "n/a"
-                ),
-                "max |fast-ref|": f"{g['fast_ref_gap'].max():.1e}",
-                "diverged": int((g["status"] != "ok").sum()),
-            }
-        )
-    return pd.DataFrame(out)
+        fast_rows = g["fast_rows"].sum()
+        row = {"variant": variant}
+        if image:
+            row.update({"test acc": interval(g["test_acc"]), "val acc": interval(g["val_acc"]),
+                        "test loss": interval(g["test_loss"])})  # fmt: skip
+        else:
+            row.update({"test bpc": interval(g["test_bpc"]), "val bpc": interval(g["val_bpc"])})
+        row.update({
+            "lr (tuned)": f"{g['lr'].iloc[0]:g}",
+            "grad-norm var after warmup": interval(g["gnv_total"], 4),
+            "metric grad-norm var": interval(g.get("gnv_metric", pd.Series(dtype=float)), 5),
+            "grad-norm var by layer (mean)": ", ".join(
+                f"{c[4:]} {g[c].mean():.2g}" for c in g.columns if c.startswith("gnv_layer")
+            ),
+            "max metric drift": interval(g["metric_drift"]),
+            "params total / attention / metric": (
+                f"{int(g['params_total'].iloc[0])} / {int(g['params_attention'].iloc[0])} / "
+                f"{int(g['params_metric'].iloc[0])}"),
+            "attn MFLOPs (kernel width)": f"{g['flops_fast'].iloc[0] / 1e6:.2f}",
+            "attn time / dot (measured)": interval(g["attn_time_vs_dot"], 2),
+            "core-s per run": interval(g["cpu_seconds"], 1),
+            "saturated rows (training)": f"{g['fast_saturated_rows'].sum() / max(fast_rows, 1):.1%}",
+            "non-finite (training)": int(g["fast_nonfinite"].sum()),
+            "fallbacks / calls": f"{int(g['fast_fallbacks'].sum())} / {int(g['fast_calls'].sum())}",
+            "largest |logit| (training)": f"{g['fast_max_abs_logit'].max():.3g}",
+            "audit: max |fast - ref|": f"{g['audit_fast_ref_gap'].max():.1e}",
+            "audit: neg. sq. dist": (f"{int(g['audit_neg_sq_dist'].sum())}"
+                                     if g["audit_neg_sq_dist"].notna().any() else "n/a"),
+            "diverged": int((g["status"] != "ok").sum()),
+        })  # fmt: skip
+        out.append(row)
+    table = pd.DataFrame(out)
+    if not image:
+        table = pd.concat([table, floor_rows(floors)], ignore_index=True)
+    return table
 
 
-def fraction_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Validation bpc (mean ± sd) per variant and data fraction, for the sweep's variants."""
-    kinds = summary[summary["fraction"] < 1]["variant"].unique()
-    sub = summary[summary["variant"].isin(kinds)]
-    table = sub.groupby(["variant", "fraction"], sort=False)["val_bpc"].apply(
-        lambda s: _mean_sd(s, 3)
-    )
-    return table.unstack("fraction")
-
-
-def _advantage(summary: pd.DataFrame, fraction: float, a: str, b: str) -> tuple[float, float]:
-    """mean(b) - mean(a) in bpc (positive: a is better) and the standard error."""
-    sub = summary[summary["fraction"] == fraction]
-    xa, xb = (
-        sub[sub["variant"] == a]["val_bpc"].dropna(),
-        sub[sub["variant"] == b]["val_bpc"].dropna(),
-    )
-    if len(xa) < 2 or len(xb) < 2:  # no spread, no verdict
-        return (float(xb.mean() - xa.mean()) if len(xa) and len(xb) else math.nan), math.nan
-    se = math.sqrt(
-        np.nan_to_num(xa.var(ddof=1)) / len(xa) + np.nan_to_num(xb.var(ddof=1)) / len(xb)
-    )
-    return float(xb.mean() - xa.mean()), se
-
-
-def _edge_verdict(low: tuple[float, float], full: tuple[float, float]) -> str:
-    if math.isnan(low[1]) or math.isnan(full[1]):
-        return "NOT TESTABLE (needs at least 2 seeds per variant and fraction)"
-    if low[0] > 2 * max(low[1], 1e-9) and low[0] > full[0]:
-        return "HELD (the edge is positive beyond 2 s.e. and largest with the least data)"
-    if low[0] > 0 and low[0] > full[0]:
-        return "INCONCLUSIVE (the edge leans that way but is within 2 s.e. of seed noise)"
-    return "DID NOT HOLD at this budget"
+def fraction_table(summary: pd.DataFrame, floors=None) -> pd.DataFrame:
+    """Test bpc (95% t interval) per variant and fraction of the training text."""
+    sub = finals(summary)
+    sub = sub[sub["part"].isin(["main", "low data"]) & (sub["precision"] == "float32")]
+    kinds = sub[sub["fraction"] < 1]["variant"].unique()
+    sub = sub[sub["variant"].isin(kinds)]
+    table = sub.groupby(["variant", "fraction"], sort=False)["test_bpc"].apply(interval)
+    table = table.unstack("fraction").reset_index()
+    if floors:
+        for k, v in floors["test"].items():
+            table.loc[len(table)] = [f"{k} floor"] + [f"{v:.3f}"] * (table.shape[1] - 1)
+    return table
 
 
 def low_data_verdict(summary: pd.DataFrame, structured: str = "matroidal m=2d") -> str:
-    """Did the structured metric help most when data is scarce? Plain words.
-
-    Judged against the dense metric, which differs only in how M is parametrised; the
-    comparison with dot product is reported too but changes three things at once.
-    """
-    fractions = sorted(summary["fraction"].unique())
+    """Did the structured metric help most when data is scarce? Plain words, from 95%
+    Welch t intervals on the difference in test bpc (rival minus structured)."""
+    sub = finals(summary)
+    sub = sub[sub["part"].isin(["main", "low data"]) & (sub["precision"] == "float32")]
+    fractions = sorted(sub["fraction"].unique())
     if len(fractions) < 2:
         return "Only one data fraction was run: the low-data hypothesis was not tested."
     lines, verdicts = [], {}
     for rival in ("dense", "dot"):
-        adv = {f: _advantage(summary, f, structured, rival) for f in fractions}
-        parts = [
-            f"fraction {f:g}: {a:+.3f}" + (" (no spread)" if math.isnan(se) else f" ± {se:.3f}")
-            for f, (a, se) in adv.items()
-        ]
-        verdicts[rival] = _edge_verdict(adv[fractions[0]], adv[fractions[-1]])
-        lines.append(
-            f"  {structured} vs {rival}, bpc of {rival} minus {structured} (positive = "
-            f"{structured} better): " + "; ".join(parts) + f" -> {verdicts[rival]}"
-        )
+        res = {}
+        for f in fractions:
+            at = sub[sub["fraction"] == f]
+            res[f] = difference(at[at["variant"] == structured]["test_bpc"],
+                                at[at["variant"] == rival]["test_bpc"])  # fmt: skip
+        verdicts[rival] = _edge_verdict(res[fractions[0]], res[fractions[-1]])
+        parts = [f"fraction {f:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n})"
+                 for f, (d, lo, hi, n) in res.items()]  # fmt: skip
+        lines.append(f"  {rival} minus {structured} (positive: {structured} better): "
+                     + "; ".join(parts) + f" -> {verdicts[rival]}")  # fmt: skip
     head = (
-        f"Low-data hypothesis, judged against the dense metric (same projection and distance, "
-        f"only M's parametrisation differs): {verdicts['dense']}.\n"
+        "Low-data hypothesis (test bpc; 95% Welch t intervals over seeds), judged against "
+        f"the dense metric (only M's parametrisation differs): {verdicts['dense']}.\n"
         f"Against dot product (distance, shared projection and metric all differ at once): "
         f"{verdicts['dot']}."
     )
     return head + "\n" + "\n".join(lines)
 
 
+def _edge_verdict(low, full) -> str:
+    d_low, lo_low, _, n = low
+    if math.isnan(lo_low) or math.isnan(full[1]):
+        return f"NOT TESTABLE (needs at least 2 seeds per variant and fraction; have {n})"
+    if lo_low > 0 and d_low > full[0]:
+        return "HELD (the edge at the smallest fraction excludes 0 and exceeds full data's)"
+    if d_low > 0 and d_low > full[0]:
+        return "INCONCLUSIVE (the edge leans that way but its interval includes 0)"
+    return "DID NOT HOLD at this budget"
+
+
 def findings(summary: pd.DataFrame) -> str:
-    """The comparisons the study was built for, in sentences, from the full-data runs."""
-    full = summary[summary["fraction"] == 1.0]
-    g = full.groupby("variant", sort=False)
-    mean, n = g["val_bpc"].mean(), g["val_bpc"].count()
-    out = [
-        f"lowest validation bpc at full data: {mean.idxmin()} ({mean.min():.3f}, n={n[mean.idxmin()]})"
-    ]
+    """The comparisons the study was built for, in sentences, from the main part."""
+    main = finals(summary)
+    main = main[main["part"] == "main"]
+    if not len(main):
+        return "No final runs of the main comparison."
+    g = main.groupby("variant", sort=False)
+    mean, n = g["test_bpc"].mean(), g["test_bpc"].count()
+    best = mean.idxmin()
+    out = [f"lowest test bpc: {best} ({mean.min():.3f}, n={n[best]})"]
     for a, b, what in [
         ("matroidal m=2d", "dense", "matroidal vs dense, both with the seed's shared projection"),
         ("matroidal m=2d (sep q/k)", "matroidal m=2d", "separate q/k vs shared z (matroidal)"),
         ("dense (sep q/k)", "dense", "separate q/k vs shared z (dense)"),
         ("matroidal m=2d", "dot", "matroidal (shared z) vs dot"),
-        ("matroidal m=2d (sep q/k)", "dot", "matroidal (sep q/k) vs dot"),
     ]:
-        adv, se = _advantage(summary, 1.0, a, b)
-        if not math.isnan(adv):
-            spread = "no spread" if math.isnan(se) else f"± {se:.3f} s.e."
-            out.append(f"{what}: {adv:+.3f} bpc {spread} (positive: {a} better)")
-    mats = [v for v in mean.index if v.startswith("matroidal m=") and "sep" not in v]
-    if mats:
-        out.append("matroidal m sweep: " + ", ".join(f"{v[10:]}: {mean[v]:.3f}" for v in mats))
-    fails = full[["nonfinite_logits", "underflow_rows", "zero_rows"]].sum().sum()
-    out.append(f"NaN/Inf logits, underflowing or zero softmax rows over all runs: {int(fails)}")
-    drift = g["metric_drift"].max().dropna()
-    if len(drift):
-        out.append(
-            "largest relative change of the metric from its initial value (l_e, or M's "
-            "eigenvalues): " + ", ".join(f"{k} {v:.1%}" for k, v in drift.items())
-        )
-    var = g["grad_norm_var"].mean()
-    out.append("gradient-norm variance: " + ", ".join(f"{k} {v:.4f}" for k, v in var.items()))
+        if a in mean.index and b in mean.index:
+            d, lo, hi, k = difference(main[main["variant"] == a]["test_bpc"],
+                                      main[main["variant"] == b]["test_bpc"])  # fmt: skip
+            ci = (
+                "no interval (one seed)"
+                if math.isnan(lo)
+                else f"95% Welch t [{lo:+.3f}, {hi:+.3f}]"
+            )
+            out.append(f"{what}: {d:+.3f} bpc, {ci}, n={k} (positive: {a} better)")
+    sat = main.groupby("variant", sort=False).apply(
+        lambda x: x["fast_saturated_rows"].sum() / max(x["fast_rows"].sum(), 1)
+    )
+    out.append("softmax rows saturated (one-hot to float32) inside training steps: "
+               + ", ".join(f"{k} {v:.1%}" for k, v in sat.items()))  # fmt: skip
+    out.append(f"non-finite values inside training steps: {int(main['fast_nonfinite'].sum())}; "
+               f"reference-path fallbacks: {int(main['fast_fallbacks'].sum())}")  # fmt: skip
     return "\n".join(out)
+
+
+def tuning_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Best validation number of each tuning run, variant by peak rate; * marks the rate
+    each variant keeps (read on validation only)."""
+    tun = summary[summary["tuning"].astype(bool)].copy()
+    if not len(tun):
+        return pd.DataFrame()
+    image = tun["dataset"].isin(["digits", "cifar10"])
+    tun["valid"] = np.where(image, tun["val_loss"], tun["val_bpc"])
+    tun["what"] = np.where(image, "val loss", "val bpc")
+    table = tun.pivot_table(index=["dataset", "variant", "what"], columns="lr", values="valid")
+    marked = table.astype(object)
+    for idx, row in table.iterrows():
+        best = row.min()
+        marked.loc[idx] = [f"{v:.3f}*" if v == best else f"{v:.3f}" for v in row]
+    return marked.reset_index()

@@ -1,0 +1,121 @@
+"""What each grid of the attention study runs (``GRIDS``) and the configs it expands to.
+
+Four parts share one spec per grid: the main comparison (every variant on the full
+training text), the low-data sweep (fractions of the text, early-stopped on
+validation), stability (the same variants under bfloat16 autocast), and the digits
+comparison (dot, dense, matroidal on scikit-learn's 8x8 digits). Pruning with a short
+fine-tune is measured at the end of every matroidal run of the main comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from structattn_lite.studies.attention.recipe import Recipe
+
+# (kind, m as a multiple of d_head, shared_qk)
+MAIN_VARIANTS = (
+    ("dot", None, True),
+    ("dense", None, True),
+    ("dense", None, False),
+    ("matroidal", 1, True),
+    ("matroidal", 2, True),
+    ("matroidal", 4, True),
+    ("matroidal", 2, False),
+)
+CORE_VARIANTS = (("dot", None, True), ("dense", None, True), ("matroidal", 2, True))
+
+_LM = {"d_model": 128, "n_heads": 8, "n_layers": 2, "block_size": 128, "batch_size": 32}
+_DIGITS = {"d_model": 64, "n_heads": 4, "n_layers": 2, "batch_size": 64}
+_DIGITS_RECIPE = {"max_steps": 400, "warmup_steps": 40, "eval_every": 50, "check_every": 10}
+
+GRIDS: dict[str, dict[str, Any]] = {
+    # smoke: proves the pipeline in seconds (tiny model, a handful of steps).
+    "smoke": {
+        "seeds": (0,), "lrs": (3e-3,), "main": (CORE_VARIANTS[0], CORE_VARIANTS[2]),
+        "fractions": (0.01,), "bf16": (), "digits": CORE_VARIANTS,
+        "model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "block_size": 32, "batch_size": 8},
+        "recipe": {"max_steps": 6, "warmup_steps": 2, "eval_every": 3, "check_every": 2},
+        "evals": (16, 32), "prune_finetune_steps": 2,
+        "digits_model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "batch_size": 16},
+        "digits_recipe": {"max_steps": 6, "warmup_steps": 2, "eval_every": 3},
+    },
+    # quick (make study): minutes on one core; ranks early training, not final quality.
+    "quick": {
+        "seeds": (0, 1), "lrs": (2e-3, 6e-3), "main": (*CORE_VARIANTS, ("matroidal", 2, False)),
+        "fractions": (0.01,), "bf16": (), "digits": CORE_VARIANTS,
+        "model": {**_LM, "block_size": 64, "batch_size": 16},
+        "recipe": {"max_steps": 200, "warmup_steps": 20, "eval_every": 50},
+        "evals": (64, 512), "prune_finetune_steps": 20,
+        "digits_model": _DIGITS, "digits_recipe": {**_DIGITS_RECIPE, "max_steps": 200},
+    },
+    # committed: the grids whose records ship in data/results; 5 seeds of every variant.
+    # 30 tuning + 95 final runs, at most 202k language-model steps: about 12 core-hours
+    # at the 0.21 core-seconds a step measured here (early stopping shortens low data).
+    "committed": {
+        "seeds": (0, 1, 2, 3, 4), "lrs": (2e-3, 4e-3, 8e-3), "main": MAIN_VARIANTS,
+        "fractions": (0.01, 0.1), "bf16": CORE_VARIANTS, "digits": CORE_VARIANTS,
+        "model": _LM,
+        "recipe": {"max_steps": 2000, "warmup_steps": 100, "eval_every": 200},
+        "evals": (256, 3000), "prune_finetune_steps": 100,
+        "digits_model": _DIGITS, "digits_recipe": _DIGITS_RECIPE,
+    },
+    # paper: a GPU or a Ray cluster; long enough for the dot model to pass 1.45 bpc.
+    "paper": {
+        "seeds": (0, 1, 2, 3, 4), "lrs": (1e-3, 2e-3, 4e-3), "main": MAIN_VARIANTS,
+        "fractions": (0.01, 0.1), "bf16": CORE_VARIANTS, "digits": CORE_VARIANTS,
+        "model": _LM,
+        "recipe": {"max_steps": 30000, "warmup_steps": 500, "eval_every": 1000},
+        "evals": (512, 3000), "prune_finetune_steps": 300,
+        "digits_model": _DIGITS, "digits_recipe": {**_DIGITS_RECIPE, "max_steps": 2000},
+    },
+}  # fmt: skip
+# Runs on a fraction of the text stop after this many evaluations without a new best.
+LOW_DATA_PATIENCE = 3
+
+
+def _variant(config_cls, spec, dataset, kind, factor, shared, seed, **changes):
+    model = spec["digits_model"] if dataset == "digits" else spec["model"]
+    recipe = spec["digits_recipe"] if dataset == "digits" else spec["recipe"]
+    d_head = model["d_model"] // model["n_heads"]
+    evals = dict(zip(("eval_windows", "final_eval_windows"), spec["evals"], strict=True))
+    return config_cls(
+        dataset=dataset, kind=kind, m=factor * d_head if factor else None, shared_qk=shared,
+        recipe=Recipe(**{**recipe, **changes.pop("recipe", {})}), seed=seed,
+        prune_finetune_steps=spec["prune_finetune_steps"], **model, **evals, **changes,
+    )  # fmt: skip
+
+
+def variant_configs(name: str, config_cls, dataset: str, cifar: bool = False) -> list:
+    """Every run of grid ``name`` (learning rates not yet tuned), seed-major within each
+    part so that a partial sweep already covers every variant with some seeds."""
+    spec = GRIDS[name]
+    out = []
+    for seed in spec["seeds"]:
+        out += [_variant(config_cls, spec, dataset, *v, seed) for v in spec["main"]]
+    for fraction in spec["fractions"]:
+        for seed in spec["seeds"]:
+            out += [
+                _variant(config_cls, spec, dataset, *v, seed, data_fraction=fraction,
+                         recipe={"patience": LOW_DATA_PATIENCE}, prune_fractions=())
+                for v in CORE_VARIANTS
+            ]  # fmt: skip
+    for seed in spec["seeds"]:
+        out += [_variant(config_cls, spec, dataset, *v, seed, prune_fractions=(),
+                         recipe={"precision": "bfloat16"}) for v in spec["bf16"]]  # fmt: skip
+        out += [_variant(config_cls, spec, "digits", *v, seed, prune_fractions=())
+                for v in spec["digits"]]  # fmt: skip
+        if cifar and name == "paper":
+            out += [_variant(config_cls, spec, "cifar10", *v, seed) for v in CORE_VARIANTS]
+    return out
+
+
+def part(cfg) -> str:
+    """Which part of a grid a config belongs to."""
+    c = cfg if isinstance(cfg, dict) else dataclasses.asdict(cfg)
+    if c["dataset"] in ("digits", "cifar10"):
+        return c["dataset"]
+    if c["recipe"]["precision"] != "float32":
+        return "stability"
+    return "main" if c["data_fraction"] == 1.0 else "low data"
