@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig
-from structattn_lite.models.csp_stacked import _TokenRows
+from structattn_lite.models.csp_stacked import _TokenRows, seed_token_rows
 
 
 class _StateRecurrence(torch.autograd.Function):
@@ -273,15 +273,8 @@ class StackedAuthorsCSP(nn.Module):
 
     def forward(self, tokens: torch.Tensor, last: bool = False) -> torch.Tensor:
         s, v = self.n_seeds, self.cfg.vocab_size
-        if tokens.dim() == 2:
-            tokens = tokens.expand(s, *tokens.shape)
-        if tokens.dim() != 3 or tokens.shape[0] != s or tokens.dtype.is_floating_point:
-            raise ValueError(
-                f"tokens must be integer [S={s}, B, T] or [B, T], got {tokens.dtype} "
-                f"of shape {tuple(tokens.shape)}"
-            )
+        tokens, rows = seed_token_rows(tokens, s, v)
         _, batch, steps = tokens.shape
-        rows = tokens.transpose(1, 2) + torch.arange(s, device=tokens.device)[:, None, None] * v
         table = self._inputs()  # block 0: its projections on the V token rows, then gathered
 
         def gather(t):

@@ -296,6 +296,20 @@ class StackedBlock(nn.Module):
         return out
 
 
+def seed_token_rows(tokens: torch.Tensor, n_seeds: int, vocab: int):
+    """Tokens as [S, B, T] (a shared [B, T] batch is broadcast to every seed), and each
+    token's row in a table of S * V rows, laid out [S, T, B] for the time loop."""
+    if tokens.dim() == 2:
+        tokens = tokens.expand(n_seeds, *tokens.shape)
+    if tokens.dim() != 3 or tokens.shape[0] != n_seeds or tokens.dtype.is_floating_point:
+        raise ValueError(
+            f"tokens must be integer [S={n_seeds}, B, T] or [B, T], got {tokens.dtype} "
+            f"of shape {tuple(tokens.shape)}"
+        )
+    offsets = torch.arange(n_seeds, device=tokens.device)[:, None, None] * vocab
+    return tokens, tokens.transpose(1, 2) + offsets
+
+
 class StackedCSP(nn.Module):
     """S CSPs of one config as one module; see the module docstring."""
 
@@ -318,15 +332,8 @@ class StackedCSP(nn.Module):
 
     def forward(self, tokens: torch.Tensor, last: bool = False) -> torch.Tensor:
         s, v = self.n_seeds, self.cfg.vocab_size
-        if tokens.dim() == 2:
-            tokens = tokens.expand(s, *tokens.shape)
-        if tokens.dim() != 3 or tokens.shape[0] != s or tokens.dtype.is_floating_point:
-            raise ValueError(
-                f"tokens must be integer [S={s}, B, T] or [B, T], got {tokens.dtype} "
-                f"of shape {tuple(tokens.shape)}"
-            )
+        tokens, rows = seed_token_rows(tokens, s, v)
         _, batch, steps = tokens.shape
-        rows = tokens.transpose(1, 2) + torch.arange(s, device=tokens.device)[:, None, None] * v
         first = self.blocks[0]
         if v <= batch * steps:  # project the V embedding rows, then gather them per token
             z, pre = (_TokenRows.apply(t, rows) for t in first.project(self.embed))
