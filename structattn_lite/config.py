@@ -95,7 +95,7 @@ def figures_dir(profile: str | None = None) -> Path:
     env = os.environ.get("STRUCTATTN_FIGURES")
     if env:
         return Path(env)
-    if profile is not None and check_profile(profile) == "smoke":
+    if profile == "smoke":  # a profile or a grid name; only smoke is scratch
         return repo_root() / "reports" / "smoke"
     return repo_root() / "figures"
 
