@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig
-from structattn_lite.models.csp_stacked import _TokenRows, seed_token_rows
+from structattn_lite.models.csp_stacked import SeedStack, _TokenRows, seed_token_rows
 
 
 class _StateRecurrence(torch.autograd.Function):
@@ -168,7 +168,7 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
 
-class StackedAuthorsCSP(nn.Module):
+class StackedAuthorsCSP(SeedStack):
     """S ``AuthorsCSP`` models of one config as one module; see the module docstring."""
 
     def __init__(self, cfg: AuthorsCSPConfig, n_seeds: int = 1, init: bool = True):
@@ -298,15 +298,6 @@ class StackedAuthorsCSP(nn.Module):
         )
         logits = logits.view(s, -1, batch, self.cfg.n_classes).transpose(1, 2)
         return logits[:, :, -1] if last else logits
-
-    @torch.no_grad()
-    def predict(self, tokens: torch.Tensor, chunk: int = 512, last: bool = False) -> torch.Tensor:
-        """Class predictions [S, N, T] ([S, N] with ``last``) for tokens [S, N, T]."""
-        out = [
-            self(tokens[:, i : i + chunk], last=last).argmax(-1)
-            for i in range(0, tokens.shape[1], chunk)
-        ]
-        return torch.cat(out, 1)
 
 
 def _copy_in(stacked: StackedAuthorsCSP, i: int, model: AuthorsCSP) -> None:

@@ -310,7 +310,20 @@ def seed_token_rows(tokens: torch.Tensor, n_seeds: int, vocab: int):
     return tokens, tokens.transpose(1, 2) + offsets
 
 
-class StackedCSP(nn.Module):
+class SeedStack(nn.Module):
+    """What every seed-stacked model shares: predictions in chunks of rows."""
+
+    @torch.no_grad()
+    def predict(self, tokens: torch.Tensor, chunk: int = 512, last: bool = False) -> torch.Tensor:
+        """Class predictions [S, N, T] ([S, N] with ``last``) for tokens [S, N, T]."""
+        out = [
+            self(tokens[:, i : i + chunk], last=last).argmax(-1)
+            for i in range(0, tokens.shape[1], chunk)
+        ]
+        return torch.cat(out, 1)
+
+
+class StackedCSP(SeedStack):
     """S CSPs of one config as one module; see the module docstring."""
 
     def __init__(self, cfg: CSPConfig, n_seeds: int = 1, init: bool = True):
@@ -349,15 +362,6 @@ class StackedCSP(nn.Module):
         logits = torch.baddbmm(self.dec_b, phase.view(s, -1, phase.shape[-1]), self.dec_w)
         logits = logits.view(s, -1, batch, self.cfg.n_classes).transpose(1, 2)
         return logits[:, :, -1] if last else logits
-
-    @torch.no_grad()
-    def predict(self, tokens: torch.Tensor, chunk: int = 512, last: bool = False) -> torch.Tensor:
-        """Class predictions [S, N, T] ([S, N] with ``last``) for tokens [S, N, T]."""
-        out = [
-            self(tokens[:, i : i + chunk], last=last).argmax(-1)
-            for i in range(0, tokens.shape[1], chunk)
-        ]
-        return torch.cat(out, 1)
 
 
 # --- copying weights between S reference models and one stacked model ----------------
