@@ -2,12 +2,14 @@
 
 ``execute(run_one, configs, experiment=...)`` calls ``run_one(config) -> RunRecord`` for
 every config and yields ``(config, record)`` as runs finish, ``config`` being the very
-object passed in. A run that raises becomes a record with status "failed" and the error
+object passed in (or what ``claim`` made of it). A run that raises becomes a record with status "failed" and the error
 as its reason; a run that diverges already returns its own "diverged" record; either way
 the other runs go on. An item may also be a list of configs (seeds trained together)
 for which ``run_one`` returns a list of records; if it raises, each config gets a
 "failed" record. Cache look-ups and store writes stay with the caller (``runs.sweep``),
-on the driver.
+on the driver, and so does claiming a run: ``claim(item)`` is called just before a local
+item runs (so several processes can share one grid), or for every item before any Ray
+task starts.
 
 With ``executor="ray"`` each config is one Ray task, so ``run_one`` and the configs are
 pickled to the workers: ``run_one`` must be a module-level function of an importable
@@ -36,6 +38,7 @@ EXECUTORS = ("local", "ray")
 
 RunOne = Callable[[Any], RunRecord]
 CheckpointFor = Callable[[Any], "str | Path | None"]
+Claim = Callable[[Any], Any]  # item -> what of it to run now, or None to skip it
 
 
 def failed_record(experiment: str, config: Any, error: BaseException | str) -> RunRecord:
@@ -71,12 +74,15 @@ def run_guarded(
     checkpoint_for: CheckpointFor | None = None,
     checkpoint_every: int = 0,
 ) -> RunRecord | list[RunRecord]:
-    """One run with its thread count and checkpoint plan; an exception becomes a record."""
-    # A list of seeds trained together has no single Trainer to checkpoint.
-    single = not isinstance(item, (list, tuple))
-    path = checkpoint_for(item) if checkpoint_for is not None and single else None
+    """One run with its thread count and checkpoint plan; an exception becomes a record.
+
+    A list of seeds trained together checkpoints through its ``StackedTrainer`` (a
+    ``stacked`` plan, which a per-seed fallback Trainer ignores).
+    """
+    stacked = isinstance(item, (list, tuple))
+    path = checkpoint_for(item) if checkpoint_for is not None else None
     try:
-        with few_threads(threads), checkpointing(path, checkpoint_every):
+        with few_threads(threads), checkpointing(path, checkpoint_every, stacked=stacked):
             return run_one(item)
     except Exception as err:  # noqa: BLE001 - any failure of one run is recorded, not raised
         return failed_records(experiment, item, err)
@@ -97,6 +103,7 @@ def execute(
     checkpoint_for: CheckpointFor | None = None,
     checkpoint_every: int = 0,
     desc: str | None = None,
+    claim: Claim | None = None,
 ) -> Iterator[tuple[Any, RunRecord]]:
     """Run every config, yielding ``(config, record)`` as each finishes.
 
@@ -112,6 +119,10 @@ def execute(
     - ``checkpoint_for(config) -> path`` and ``checkpoint_every``: where each run
       checkpoints (see ``training.checkpoint.checkpointing``); on a cluster the path is on
       the worker's disk, so a retried run resumes only on a shared file system.
+    - ``claim(config) -> config | None``: what of an item to run now (a list of seeds may
+      come back shorter), or None to skip it; the item yielded is what it returned. The
+      local executor claims each item just before it runs; Ray claims them all before
+      the first task starts.
     """
     # Checked here, not when the first result is asked for (the rest is a generator).
     check_choice("executor", executor, EXECUTORS)
@@ -120,6 +131,8 @@ def execute(
     check_number("gpus_per_run", gpus_per_run, minimum=0)
     if num_cpus is not None:
         check_int("num_cpus", num_cpus, minimum=1)
+    if claim is not None and not callable(claim):
+        raise ValueError(f"claim must be a callable (item -> item or None), got {claim!r}")
     configs = list(configs)
     options = dict(
         experiment=experiment,
@@ -129,17 +142,21 @@ def execute(
     )
     bar = tqdm(total=len(configs), desc=desc or experiment, unit="run", disable=not progress)
     if executor == "local":
-        return _execute_local(run_one, configs, bar, options)
+        return _execute_local(run_one, configs, bar, options, claim)
     resources = dict(num_cpus=cpus_per_run, num_gpus=gpus_per_run)
-    return _execute_ray(run_one, configs, bar, address, num_cpus, resources, options)
+    return _execute_ray(run_one, configs, bar, address, num_cpus, resources, options, claim)
 
 
-def _execute_local(run_one, configs, bar, options):
+def _execute_local(run_one, configs, bar, options, claim):
     with contextlib.closing(bar):
         for config in configs:
-            record = run_guarded(run_one, config, **options)
+            item = config if claim is None else claim(config)
+            if item is None:  # another process has it, or it finished meanwhile
+                bar.update(1)
+                continue
+            record = run_guarded(run_one, item, **options)
             bar.update(1)
-            yield config, record
+            yield item, record
 
 
 def connect_ray(address: str | None = None, num_cpus: int | None = None):
@@ -159,7 +176,10 @@ def connect_ray(address: str | None = None, num_cpus: int | None = None):
     return ray
 
 
-def _execute_ray(run_one, configs, bar, address, num_cpus, resources, options):
+def _execute_ray(run_one, configs, bar, address, num_cpus, resources, options, claim):
+    if claim is not None:  # tasks start together, so their runs are claimed up front
+        configs = [item for item in map(claim, configs) if item is not None]
+        bar.reset(total=len(configs))
     ray = connect_ray(address, num_cpus)
     task = ray.remote(run_guarded).options(**resources)
     run_ref = ray.put(run_one)  # shipped once, not once per task

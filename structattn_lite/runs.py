@@ -1,8 +1,10 @@
 """The one sweep every study goes through: reuse finished records, train the rest.
 
-``sweep(study, configs)`` looks each config up in the store, claims the missing ones
-with a lock, trains them here or as Ray tasks (``executors``), checkpoints long runs,
-and saves every record as it finishes.
+``sweep(study, configs)`` looks each config up in the store, trains the missing ones
+here or as Ray tasks (``executors``), checkpoints long runs, and saves every record as it
+finishes. A lock beside each record keeps two processes from training one config: run
+locally, each work unit is claimed just before it trains, so several processes started
+on one grid share its runs.
 """
 
 from __future__ import annotations
@@ -38,9 +40,24 @@ def run_unit(
     return study.run(unit, progress=progress, callbacks=callbacks, device=device)
 
 
-def checkpoint_path(root: Path, experiment: str, config: Any) -> Path:
-    """Where a run checkpoints while it trains: beside its future record."""
-    return root / experiment / f"{config_hash(experiment, config)}.ckpt"
+def checkpoint_path(root: Path, experiment: str, unit: Any) -> Path:
+    """Where a unit checkpoints while it trains: beside its future record(s).
+
+    Seeds trained together are keyed by their first config and their seeds, so their
+    checkpoint is never mistaken for that of one of those configs trained alone.
+    """
+    if isinstance(unit, (list, tuple)):
+        seeds = "-".join(str(config_dict(c).get("seed")) for c in unit)
+        return root / experiment / f"{config_hash(experiment, unit[0])}-seeds-{seeds}.ckpt"
+    return root / experiment / f"{config_hash(experiment, unit)}.ckpt"
+
+
+def group_seeds(configs: Sequence[Any]) -> list[Any]:
+    """Work units: configs equal but for their seed as one list (a lone config as itself)."""
+    groups: dict[str, list[Any]] = {}
+    for cfg in configs:
+        groups.setdefault(_without_seed(cfg), []).append(cfg)
+    return [g if len(g) > 1 else g[0] for g in groups.values()]
 
 
 def sweep(
@@ -68,8 +85,13 @@ def sweep(
     ``seed_batching``: configs equal but for their seed train together, when the study
     has ``run_seeds``. ``executor``: "local" (this process) or "ray" (one Ray task per
     unit; ``address`` joins an existing cluster). A run checkpoints every
-    ``checkpoint_every`` epochs (0: never) and resumes from it if interrupted; a lock
-    beside each record keeps two processes from training the same config at once.
+    ``checkpoint_every`` epochs (0: never) and resumes from it if interrupted.
+
+    A lock beside each record keeps two processes from training one config. Locally each
+    unit is locked just before it trains (Ray: all of them up front), so several
+    processes can share one grid: a run another process holds is skipped with a warning
+    and returned if its record is there when this sweep ends; one finished meanwhile is
+    loaded, not trained again.
     """
     from structattn_lite.config import check_choice, check_int, resolve_device
     from structattn_lite.executors import EXECUTORS, execute
@@ -81,59 +103,79 @@ def sweep(
     check_int("checkpoint_every", checkpoint_every, minimum=0)
     device = resolve_device(device)
     store = store or RunStore()
+    experiment = study.EXPERIMENT
     records: dict[int, RunRecord] = {}
     for i, cfg in enumerate(configs):
-        found = store.load(study.EXPERIMENT, cfg)
+        found = store.load(experiment, cfg)
         if found is not None:
             records[i] = found
     todo = [i for i in range(len(configs)) if i not in records]
     if progress and records:
         print(
-            f"[{study.EXPERIMENT}] reused {len(records)} cached run(s); {len(todo)} to train"
+            f"[{experiment}] reused {len(records)} cached run(s); {len(todo)} to train"
             if not only_cached
-            else f"[{study.EXPERIMENT}] {len(records)} cached run(s) found"
+            else f"[{experiment}] {len(records)} cached run(s) found"
         )
     if only_cached or not todo:
         return [records[i] for i in sorted(records)]
 
-    locks: dict[int, RunLock] = {}
-    try:
-        for i in todo:  # claim every run first: another process may be training some
-            lock = RunLock(
-                store.path(study.EXPERIMENT, config_hash(study.EXPERIMENT, configs[i])).with_suffix(
-                    ".lock"
-                )
-            )
+    at: dict[str, list[int]] = {}  # run key -> where its config sits in the grid
+    for i in todo:
+        at.setdefault(config_hash(experiment, configs[i]), []).append(i)
+    units = [configs[where[0]] for where in at.values()]
+    if seed_batching and hasattr(study, "run_seeds"):
+        units = group_seeds(units)
+    locks: dict[str, RunLock] = {}
+    held_elsewhere: list[str] = []
+
+    def keep(key: str, record: RunRecord) -> None:
+        for i in at[key]:
+            records[i] = record
+
+    def claim(unit: Any) -> Any:
+        """Lock a unit's runs just before they train; the part left to train, or None."""
+        left = []
+        for cfg in unit if isinstance(unit, list) else [unit]:
+            key = config_hash(experiment, cfg)
             try:
-                locks[i] = lock.acquire()
+                locks[key] = RunLock(store.path(experiment, key).with_suffix(".lock")).acquire()
             except RunLockedError as err:
-                warnings.warn(f"skipping a run another process is training: {err}", stacklevel=2)
-        units: list[Any] = [configs[i] for i in locks]
-        index = {id(configs[i]): i for i in locks}
-        if seed_batching and hasattr(study, "run_seeds"):
-            groups: dict[str, list[Any]] = {}
-            for i in locks:
-                groups.setdefault(_without_seed(configs[i]), []).append(configs[i])
-            units = [g if len(g) > 1 else g[0] for g in groups.values()]
-        run_one = functools.partial(
-            run_unit,
-            study,
-            device=device,
-            progress=False,
-            callbacks=callbacks if executor == "local" else (),
-        )
+                held_elsewhere.append(key)
+                warnings.warn(
+                    f"skipping {experiment} run {key} {config_dict(cfg)}: {err}", stacklevel=2
+                )
+                continue
+            found = store.load(experiment, cfg)  # another process may have just finished it
+            if found is not None:
+                keep(key, found)
+                locks.pop(key).release()
+            else:
+                left.append(cfg)
+        if not left:
+            return None
+        return left if isinstance(unit, list) and len(left) > 1 else left[0]
+
+    run_one = functools.partial(
+        run_unit,
+        study,
+        device=device,
+        progress=False,
+        callbacks=callbacks if executor == "local" else (),
+    )
+    try:
         results = execute(
             run_one,
             units,
-            experiment=study.EXPERIMENT,
+            experiment=experiment,
             executor=executor,
             address=address,
             progress=progress,
             threads=threads,
             gpus_per_run=1 if device.startswith("cuda") else 0,
-            checkpoint_for=functools.partial(checkpoint_path, store.root, study.EXPERIMENT),
+            checkpoint_for=functools.partial(checkpoint_path, store.root, experiment),
             checkpoint_every=checkpoint_every,
-            desc=f"{study.EXPERIMENT} runs",
+            desc=f"{experiment} runs",
+            claim=claim,
         )
         for unit, got in results:
             pairs = zip(unit, got, strict=True) if isinstance(unit, list) else [(unit, got)]
@@ -146,10 +188,14 @@ def sweep(
                         stacklevel=2,
                     )
                 store.save(record)
-                i = index[id(cfg)]
-                records[i] = record
-                locks.pop(i).release()
+                key = config_hash(experiment, cfg)
+                keep(key, record)
+                locks.pop(key).release()
     finally:
         for lock in locks.values():
             lock.release()
+    for key in held_elsewhere:  # the other process may have finished it by now
+        found = store.load(experiment, configs[at[key][0]])
+        if found is not None:
+            keep(key, found)
     return [records[i] for i in sorted(records)]

@@ -1,5 +1,10 @@
 """Executors: the Ray executor gives the local executor's records; failures are recorded.
 
+Several processes share one grid: the local executor claims each unit just before it
+trains, so the later runs' locks do not exist yet; a run another process holds is
+skipped with a warning and returned if it finishes before the sweep ends; one finished
+meanwhile is loaded, not retrained; two real processes on one grid train each run once.
+
 Plus the device audit: a training step of the Trainer and every model, with the model on
 PyTorch's ``meta`` device, creates no tensor anywhere else and reads back from the device
 once (the loss and gradient norm the history needs).
@@ -8,7 +13,14 @@ once (the loss and gradient norm the history needs).
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
+import sys
+import time
 import traceback
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +32,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from structattn_lite.executors import execute
+from structattn_lite.locking import RunLock
 from structattn_lite.models import CSP_PRESETS, MODELS, build_model
+from structattn_lite.records import RunRecord, RunStore, config_dict, config_hash
+from structattn_lite.runs import sweep
 from structattn_lite.training.losses import LOSSES, get_loss
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, run_csp
 from structattn_lite.training.trainer import OptimConfig, Trainer
@@ -89,19 +104,23 @@ def test_local_executor_runs_in_order_and_records_a_failure(local_records):
 
 @pytest.mark.slow
 def test_ray_gives_the_local_records(ray_instance, local_records, tmp_path):
-    """A local 2-CPU Ray instance; checkpointing on, to show it changes nothing either."""
+    """A local 2-CPU Ray instance; checkpointing on, to show it changes nothing either.
+    Ray claims every run before the first task starts (they run at once)."""
     ckpt = functools.partial(lambda root, cfg: root / f"{cfg.seed}-{cfg.model}.ckpt", tmp_path)
-    results = list(
-        execute(
-            run_or_fail,
-            GRID,
-            experiment=EXPERIMENT,
-            executor="ray",
-            progress=False,
-            checkpoint_for=ckpt,
-            checkpoint_every=1,
-        )
+    claimed = []
+    results = execute(
+        run_or_fail,
+        GRID,
+        experiment=EXPERIMENT,
+        executor="ray",
+        progress=False,
+        checkpoint_for=ckpt,
+        checkpoint_every=1,
+        claim=lambda cfg: claimed.append(cfg) or cfg,
     )
+    first = next(results)
+    assert claimed == GRID  # every run claimed before the first result came back
+    results = [first, *results]
     assert sorted(GRID.index(c) for c, _ in results) == [0, 1, 2, 3]
     assert all(any(c is g for g in GRID) for c, _ in results)  # the objects passed in
     by_key = {r.key: r for _, r in results}
@@ -134,6 +153,173 @@ def test_bad_executor_names_the_parameter_and_choices():
         execute(run_or_fail, GRID, experiment=EXPERIMENT, executor="dask")
     with pytest.raises(ValueError, match="checkpoint_every"):
         execute(run_or_fail, GRID, experiment=EXPERIMENT, checkpoint_every=-1)
+
+
+def test_local_executor_claims_each_item_just_before_it_runs():
+    events = []
+
+    def claim(item):
+        events.append(f"claim {item}")
+        return None if item == "held" else item.upper()
+
+    def run_one(item):
+        events.append(f"run {item}")
+        return f"record {item}"
+
+    results = execute(run_one, ["a", "held", "b"], experiment="x", progress=False, claim=claim)
+    assert list(results) == [("A", "record A"), ("B", "record B")]  # what claim returned
+    assert events == ["claim a", "run A", "claim held", "claim b", "run B"]
+    with pytest.raises(ValueError, match="claim must be a callable"):
+        execute(run_one, ["a"], experiment="x", claim="yes")
+
+
+# --- several processes on one grid ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    seed: int = 0
+    lr: float = 0.1
+
+
+class ScriptedStudy:
+    """A study stub that trains nothing: each run notes the lock files it sees, calls
+    ``during(cfg)``, appends "pid key" to ``marker`` and sleeps ``seconds``."""
+
+    EXPERIMENT = "scripted"
+
+    def __init__(self, store, during=None, marker=None, seconds=0.0):
+        self.store, self.during, self.marker, self.seconds = store, during, marker, seconds
+        self.calls: list[tuple[Job, list[str]]] = []
+
+    def run(self, cfg, progress=False, callbacks=(), device="cpu"):
+        locks = (self.store.root / self.EXPERIMENT).glob("*.lock")
+        self.calls.append((cfg, sorted(p.stem for p in locks)))
+        if self.during is not None:
+            self.during(cfg)
+        if self.marker is not None:
+            with open(self.marker, "a") as fh:
+                fh.write(f"{os.getpid()} {job_key(cfg)}\n")
+        time.sleep(self.seconds)
+        return job_record(cfg)
+
+    def run_seeds(self, cfgs, progress=False, device="cpu"):
+        return [self.run(c) for c in cfgs]
+
+
+def job_key(cfg: Job) -> str:
+    return config_hash(ScriptedStudy.EXPERIMENT, cfg)
+
+
+def job_record(cfg: Job, acc: float = 0.5) -> RunRecord:
+    history = pd.DataFrame({"epoch": [1], "test_acc": [acc]})
+    return RunRecord(ScriptedStudy.EXPERIMENT, job_key(cfg), config_dict(cfg), history)
+
+
+@pytest.mark.parametrize("seed_batching", [False, True])
+def test_sweep_locks_a_unit_only_when_it_trains(tmp_path, seed_batching):
+    store = RunStore(tmp_path)
+    grid = [Job(seed=s, lr=lr) for lr in (0.1, 0.2) for s in (0, 1)]
+    study = ScriptedStudy(store)
+    records = sweep(study, grid, store=store, progress=False, seed_batching=seed_batching)
+    assert [r.key for r in records] == [job_key(c) for c in grid]
+    assert [c for c, _ in study.calls] == grid
+    for cfg, locks in study.calls:  # each run sees its own unit's locks, never a later one's
+        unit = [c for c in grid if c.lr == cfg.lr] if seed_batching else [cfg]
+        assert locks == sorted(job_key(c) for c in unit)
+    assert not list(tmp_path.rglob("*.lock"))  # all released
+
+
+def test_a_run_held_elsewhere_is_skipped_and_returned_once_it_finishes(tmp_path):
+    store = RunStore(tmp_path)
+    grid = [Job(lr=lr) for lr in (0.1, 0.2, 0.3, 0.4)]
+    lock_of = {c: store.path("scripted", job_key(c)).with_suffix(".lock") for c in grid}
+    elsewhere = [RunLock(lock_of[c]).acquire() for c in grid[1:3]]  # a live holder: us
+
+    def other_finishes_grid_1(cfg):
+        if cfg == grid[3]:
+            store.save(job_record(grid[1], acc=0.9))
+            elsewhere[0].release()
+
+    study = ScriptedStudy(store, during=other_finishes_grid_1)
+    with pytest.warns(UserWarning) as caught:
+        records = sweep(study, grid, store=store, progress=False)
+    messages = [str(w.message) for w in caught]
+    for cfg in grid[1:3]:
+        assert any(
+            f"skipping scripted run {job_key(cfg)}" in m and f"process {os.getpid()}" in m
+            for m in messages
+        ), messages
+    assert [c for c, _ in study.calls] == [grid[0], grid[3]]
+    assert [r.key for r in records] == [job_key(c) for c in (grid[0], grid[1], grid[3])]
+    assert records[1].history["test_acc"].tolist() == [0.9]  # the other process's record
+    assert lock_of[grid[2]].exists()  # a lock held elsewhere is left alone
+    elsewhere[1].release()
+
+
+def test_a_run_finished_elsewhere_meanwhile_is_loaded_not_trained(tmp_path):
+    store = RunStore(tmp_path)
+    grid = [Job(lr=lr) for lr in (0.1, 0.2, 0.3)]
+
+    def other_finishes_grid_1(cfg):
+        if cfg == grid[0]:  # after this sweep looked grid[1] up, before it claims it
+            store.save(job_record(grid[1], acc=0.9))
+
+    study = ScriptedStudy(store, during=other_finishes_grid_1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        records = sweep(study, grid, store=store, progress=False)
+    assert [c for c, _ in study.calls] == [grid[0], grid[2]]
+    assert [r.history["test_acc"].tolist() for r in records] == [[0.5], [0.9], [0.5]]
+    assert not list(tmp_path.rglob("*.lock"))
+
+
+SHARED_GRID = [Job(lr=round(0.1 * i, 1)) for i in range(1, 7)]
+
+
+def sweep_shared_grid(root: str, role: str) -> None:
+    """One of two processes on one grid: both wait until the other is ready; the second
+    then starts once the first has begun its first run (so each joins the other mid-grid)."""
+    root, marker = Path(root), Path(root) / "trained.txt"
+    (root / f"ready-{role}").touch()
+    deadline = time.monotonic() + 120
+    while len(list(root.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    while role == "second" and not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    store = RunStore(root / "runs")
+    study = ScriptedStudy(store, marker=marker, seconds=0.4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the runs the other process holds
+        records = sweep(study, SHARED_GRID, store=store, progress=False)
+    print(json.dumps([r.key for r in records]))
+
+
+def test_two_processes_share_one_grid_and_train_each_run_once(tmp_path):
+    script = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_executors; "
+        f"test_executors.sweep_shared_grid({str(tmp_path)!r}, {{role!r}})"
+    )
+    procs = {
+        role: subprocess.Popen(
+            [sys.executable, "-c", script.format(role=role)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for role in ("first", "second")
+    }
+    outputs = {role: proc.communicate(timeout=300) for role, proc in procs.items()}
+    for role, proc in procs.items():
+        assert proc.returncode == 0, outputs[role][1][-2000:]
+    trained = [line.split() for line in (tmp_path / "trained.txt").read_text().splitlines()]
+    keys = [job_key(c) for c in SHARED_GRID]
+    assert sorted(key for _, key in trained) == sorted(keys)  # each run exactly once
+    assert {pid for pid, _ in trained} == {str(p.pid) for p in procs.values()}  # both shared
+    returned = {role: json.loads(out.splitlines()[-1]) for role, (out, _) in outputs.items()}
+    for got in returned.values():
+        assert got == [k for k in keys if k in got]  # in config order
+    assert set(returned["first"]) | set(returned["second"]) == set(keys)
 
 
 # --- device audit ---------------------------------------------------------------------

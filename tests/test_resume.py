@@ -2,12 +2,15 @@
 
 A run killed with SIGKILL after its first checkpoint resumes and ends with the history of
 an uninterrupted run, exactly; so does a run interrupted in-process, for each lr schedule
-and with dropout drawing on torch's global RNG. Two holders of one run's lock: the second
-is refused with a clear message; a lock whose process is gone is taken over.
+and with dropout drawing on torch's global RNG. The same for seeds trained together (a
+``StackedTrainer`` unit), killed or interrupted, with a seed already stopped by its rule.
+Two holders of one run's lock: the second is refused with a clear message; a lock whose
+process is gone is taken over.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,10 +26,13 @@ import pytest
 import torch
 from torch import nn
 
+from structattn_lite.executors import run_guarded
 from structattn_lite.locking import RunLock, RunLockedError
 from structattn_lite.training import checkpoint as ckpt_module
 from structattn_lite.training.checkpoint import checkpointing
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.seed_batching import run_csp_stacked
+from structattn_lite.training.stacked_trainer import StackedTrainer
+from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, run_csp
 from structattn_lite.training.trainer import Callback, OptimConfig, Trainer, few_threads
 
 # ~0.1 s an epoch on one thread: long enough to kill mid-run, short enough to test.
@@ -77,6 +83,65 @@ def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path, monkeypatch):
     assert len(history) == KILLED.epochs
     pd.testing.assert_frame_equal(history, reference, check_exact=True)
     assert norms == reference_norms
+
+
+# Two seeds trained together, checkpointed through the executors' guard as a sweep does.
+STACKED_UNIT = [dataclasses.replace(KILLED, seed=s, epochs=12) for s in (3, 4)]
+
+
+def train_stacked_unit(checkpoint: str | None) -> list[tuple[str, pd.DataFrame, list[float]]]:
+    """What the subprocess runs (and the test runs in-process to compare)."""
+    records = run_guarded(
+        run_csp_stacked,
+        STACKED_UNIT,
+        EXPERIMENT,
+        threads=1,
+        checkpoint_for=lambda unit: checkpoint,
+        checkpoint_every=1,
+    )
+    assert [r.extra.get("seed_batched") for r in records] == [2, 2], records[0].reason
+    return [(r.status, r.history, r.extra["step_grad_norms"]) for r in records]
+
+
+@pytest.mark.slow
+def test_killed_stacked_unit_resumes_to_the_uninterrupted_histories(tmp_path, monkeypatch):
+    path = tmp_path / "unit.ckpt"
+    script = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        f"import test_resume; test_resume.train_stacked_unit({str(path)!r})"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    killed_at = torch.load(path, weights_only=True)["epoch"]
+    assert 1 <= killed_at < STACKED_UNIT[0].epochs
+
+    resumed_from = []
+    resume = StackedTrainer.resume
+
+    def spy(self, *args):
+        resumed_from.append(resume(self, *args))
+        return resumed_from[-1]
+
+    monkeypatch.setattr(StackedTrainer, "resume", spy)
+    resumed = train_stacked_unit(str(path))
+    assert resumed_from == [killed_at]
+    assert not path.exists()  # a finished unit deletes its checkpoint
+
+    monkeypatch.setattr(StackedTrainer, "resume", resume)
+    reference = train_stacked_unit(None)
+    for (status, history, norms), (ref_status, ref_history, ref_norms) in zip(
+        resumed, reference, strict=True
+    ):
+        assert status == ref_status == "ok" and len(history) == STACKED_UNIT[0].epochs
+        pd.testing.assert_frame_equal(history, ref_history, check_exact=True)
+        assert norms == ref_norms
+    assert not resumed[0][1].equals(resumed[1][1])  # two seeds, two different runs
 
 
 # --- in-process interruption: every schedule, and dropout's global RNG ----------------
@@ -139,6 +204,83 @@ def test_interrupted_run_resumes_exactly(schedule, tmp_path):
     assert resumed.step_grad_norms == reference.step_grad_norms
     if schedule != "constant":
         assert reference.history["lr"].nunique() > 1  # the scheduler state mattered
+
+
+class TwoSeedMLP(nn.Module):
+    """The smallest stacked model: a dropout MLP whose parameters have a seed axis of 2."""
+
+    n_seeds = 2
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w1 = nn.Parameter(torch.randn(2, 5, 16, generator=g) / 2)
+        self.w2 = nn.Parameter(torch.randn(2, 16, 2, generator=g) / 2)
+
+    def forward(self, x):
+        return nn.functional.dropout(torch.relu(x @ self.w1), 0.3, self.training) @ self.w2
+
+
+def toy_stacked_fit(optim: OptimConfig, checkpoint: Path | None, interrupt_at: int = 0):
+    """Seed 0 stops by its rule after epoch 2; seed 1 trains on. ``interrupt_at`` raises
+    in that epoch's evaluation, after the previous epoch's checkpoint."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(2, 64, 5, generator=g), torch.randint(0, 2, (2, 64), generator=g)
+    torch.manual_seed(0)
+    trainer = StackedTrainer(
+        TwoSeedMLP(),
+        lambda m, a, b: nn.functional.cross_entropy(m(a).transpose(1, 2), b, reduction="none").mean(
+            1
+        ),
+        optim,
+        checkpoint_path=checkpoint,
+    )
+
+    def batches(generators):
+        orders = torch.stack([torch.randperm(64, generator=gen) for gen in generators])
+        for i in range(0, 64, 16):
+            idx = orders[:, i : i + 16]
+            yield x[[[0], [1]], idx], y[[[0], [1]], idx]
+
+    def evaluate(model):
+        if trainer.epoch == interrupt_at:
+            raise Interrupt
+        return [{"seed": 0}, {"seed": 1}]
+
+    generators = [torch.Generator().manual_seed(s) for s in (1, 2)]
+    return trainer.fit(
+        6, batches, evaluate, generators, lambda rows: rows[-1]["seed"] == 0 and len(rows) == 2
+    )
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_interrupted_stacked_run_resumes_exactly(schedule, tmp_path):
+    optim, path = SCHEDULES[schedule], tmp_path / "stacked.ckpt"
+    reference = toy_stacked_fit(optim, None)
+    assert [r.status for r in reference] == ["early_stop", "ok"]
+    assert [len(r.history) for r in reference] == [2, 6]
+    with pytest.raises(Interrupt):
+        toy_stacked_fit(optim, path, interrupt_at=4)
+    assert torch.load(path, weights_only=True)["active"] == [False, True]
+    resumed = toy_stacked_fit(optim, path)
+    assert [r.resumed_from for r in resumed] == [3, 3] and not path.exists()
+    for got, want in zip(resumed, reference, strict=True):
+        assert (got.status, got.reason) == (want.status, want.reason)
+        pd.testing.assert_frame_equal(got.history, want.history, check_exact=True)
+        assert got.step_grad_norms == want.step_grad_norms
+    if schedule != "constant":
+        assert reference[1].history["lr"].nunique() > 1  # the scheduler state mattered
+
+
+def test_a_plain_trainer_ignores_a_stacked_plan(tmp_path):
+    """A unit whose model has no stacked form trains one Trainer per seed: none of them
+    may take the unit's checkpoint, or every seed would resume from one file."""
+    optim, path = SCHEDULES["constant"], tmp_path / "unit.ckpt"
+    with pytest.raises(Interrupt):
+        toy_fit(optim, path, callbacks=[StopAt(3)])
+    with checkpointing(path, every=1, stacked=True):
+        result = toy_fit(optim, None)
+    assert result.resumed_from == 0 and path.exists()
 
 
 def test_resume_needs_the_global_rng_state(tmp_path, monkeypatch):

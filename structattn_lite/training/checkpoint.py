@@ -11,6 +11,9 @@ study's ``run(config)`` that builds its own Trainer, by the caller around it::
 
     with checkpointing(store_dir / f"{key}.ckpt", every=5):
         record = study.run(config)
+
+Seeds trained together (a study's ``run_seeds``) checkpoint the same way through their
+``StackedTrainer``, under ``checkpointing(path, every, stacked=True)``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import contextvars
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,7 @@ from structattn_lite.config import check_int
 class CheckpointPlan:
     path: Path
     every: int  # epochs between checkpoints
+    stacked: bool = False  # for a StackedTrainer (seeds trained together), not a Trainer
 
 
 _ACTIVE: contextvars.ContextVar[CheckpointPlan | None] = contextvars.ContextVar(
@@ -40,13 +45,18 @@ _ACTIVE: contextvars.ContextVar[CheckpointPlan | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def checkpointing(path: str | os.PathLike | None, every: int = 1):
+def checkpointing(path: str | os.PathLike | None, every: int = 1, stacked: bool = False):
     """Make the Trainers built inside this block checkpoint to ``path`` every ``every`` epochs.
 
     ``path=None`` or ``every=0`` turns checkpointing off. Meant for one Trainer per run.
+    ``stacked=True`` is for a unit of seeds trained together: only a ``StackedTrainer``
+    takes the plan, and a plain ``Trainer`` ignores it, so a unit that falls back to one
+    Trainer per seed never has every seed resume from one file.
     """
     check_int("every", every, minimum=0)
-    plan = CheckpointPlan(Path(path), every) if path is not None and every > 0 else None
+    if not isinstance(stacked, bool):
+        raise ValueError(f"stacked must be True or False, got {stacked!r}")
+    plan = CheckpointPlan(Path(path), every, stacked) if path is not None and every > 0 else None
     token = _ACTIVE.set(plan)
     try:
         yield plan
@@ -54,24 +64,37 @@ def checkpointing(path: str | os.PathLike | None, every: int = 1):
         _ACTIVE.reset(token)
 
 
-def active_plan() -> CheckpointPlan | None:
-    """The plan set by the innermost :func:`checkpointing` block, if any."""
-    return _ACTIVE.get()
+def active_plan(stacked: bool = False) -> CheckpointPlan | None:
+    """The plan set by the innermost :func:`checkpointing` block for this kind of trainer."""
+    plan = _ACTIVE.get()
+    return plan if plan is not None and plan.stacked == stacked else None
 
 
 # --- random state ----------------------------------------------------------------------
 
+Generators = torch.Generator | Sequence[torch.Generator]
 
-def rng_state(generator: torch.Generator) -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "data": generator.get_state()}
+
+def rng_state(generator: Generators) -> dict[str, Any]:
+    """torch's global states and the data order's: one generator, or one per seed."""
+    data = (
+        generator.get_state()
+        if isinstance(generator, torch.Generator)
+        else [g.get_state() for g in generator]
+    )
+    state = {"torch": torch.get_rng_state(), "data": data}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+def set_rng_state(state: dict[str, Any], generator: Generators) -> None:
     torch.set_rng_state(state["torch"])
-    generator.set_state(state["data"])
+    if isinstance(generator, torch.Generator):
+        generator.set_state(state["data"])
+    else:
+        for g, saved in zip(generator, state["data"], strict=True):
+            g.set_state(saved)
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

@@ -7,12 +7,19 @@ seed), Adam state and learning rate, lr schedule, gradient-norm clipping, NaN/In
 history rows with ``Trainer``'s keys. The loss is the *sum* of the per-seed mean losses,
 so seed s's parameters get exactly seed s's gradient; Adam is elementwise, so one Adam
 over the stacked tensors is S Adams, given one learning rate per seed (``StackedAdam``).
+
+Like ``Trainer``, it checkpoints every few epochs (``checkpoint_path=``, or an enclosing
+``checkpointing(path, every, stacked=True)`` block) and a later ``fit`` resumes from the
+checkpoint, ending exactly as an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -20,6 +27,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from structattn_lite.config import check_int
+from structattn_lite.training.checkpoint import (
+    CheckpointPlan,
+    active_plan,
+    load_checkpoint,
+    plain,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from structattn_lite.training.trainer import OptimConfig, TrainResult
 
 # --- per-seed losses, gradient norms and Adam ------------------------------------------
@@ -134,6 +151,25 @@ class StackedAdam:
         torch._foreach_mul_(delta, [_per_seed(step_size, p) for p in params])
         torch._foreach_sub_(params, delta)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Moments, step count and per-seed lrs: what a checkpoint must bring back."""
+        return {
+            "exp_avg": list(self.exp_avg),
+            "exp_avg_sq": list(self.exp_avg_sq),
+            "lr": self.lr,
+            "steps": self.steps,
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for mine, saved in (
+            (self.exp_avg, state["exp_avg"]),
+            (self.exp_avg_sq, state["exp_avg_sq"]),
+        ):
+            torch._foreach_copy_(mine, list(saved))
+        self.lr.copy_(state["lr"])
+        self.steps = state["steps"]
+
 
 # --- the trainer -----------------------------------------------------------------------
 
@@ -155,9 +191,20 @@ class StackedTrainer:
     yields an epoch's stacked batches (x [S, B, ...], y [S, B, ...]) from one generator per
     seed; ``evaluate(model)`` returns one metrics dict per seed. ``fit`` returns one
     ``TrainResult`` per seed, with the rows and per-step gradient norms ``Trainer`` logs.
+
+    ``checkpoint_path`` (or an enclosing ``checkpointing(..., stacked=True)`` block) makes
+    ``fit`` save every ``checkpoint_every`` epochs, resume from a checkpoint it finds
+    there, and delete it once the run ends.
     """
 
-    def __init__(self, model: nn.Module, loss_fn: Callable, optim: OptimConfig | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: Callable,
+        optim: OptimConfig | None = None,
+        checkpoint_path: str | os.PathLike | None = None,
+        checkpoint_every: int = 1,
+    ):
         self.model, self.loss_fn = model, loss_fn
         self.optim = optim or OptimConfig()
         self.n_seeds = model.n_seeds
@@ -166,6 +213,17 @@ class StackedTrainer:
             self.params, self.optim.lr, self.n_seeds, weight_decay=self.optim.weight_decay
         )
         self.active = torch.ones(self.n_seeds, dtype=torch.bool)
+        if checkpoint_path is not None:
+            check_int("checkpoint_every", checkpoint_every, minimum=1)
+            self.plan = CheckpointPlan(Path(checkpoint_path), checkpoint_every, stacked=True)
+        else:
+            self.plan = active_plan(stacked=True)
+        self.epoch = 0
+        self.rows: list[list[dict]] = [[] for _ in range(self.n_seeds)]
+        self.step_norms: list[list[float]] = [[] for _ in range(self.n_seeds)]
+        self.status: list[str] = ["ok"] * self.n_seeds
+        self.reason: list[str | None] = [None] * self.n_seeds
+        self.schedules: list[tuple] = []  # (dummy optimizer, scheduler) per seed, from fit
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[list[float], list[float]]:
         self.model.train()
@@ -184,6 +242,57 @@ class StackedTrainer:
         loss_values, norm_values = stats.tolist()
         return loss_values, norm_values
 
+    # --- checkpoints -------------------------------------------------------------------
+
+    def state(self, generators: list[torch.Generator], target: int) -> dict[str, Any]:
+        """Everything the next epochs depend on, for every seed."""
+        return {
+            "model": self.model.state_dict(),
+            "adam": self.adam.state_dict(),
+            "schedules": [
+                (dummy.state_dict(), None if sched is None else sched.state_dict())
+                for dummy, sched in self.schedules
+            ],
+            "active": self.active.tolist(),
+            "status": list(self.status),
+            "reason": list(self.reason),
+            "epoch": self.epoch,
+            "target": target,
+            "rows": [[{k: plain(v) for k, v in row.items()} for row in r] for r in self.rows],
+            "step_norms": [list(n) for n in self.step_norms],
+            "rng": rng_state(generators),
+            "shapes": {k: list(v.shape) for k, v in self.model.state_dict().items()},
+        }
+
+    def resume(self, generators: list[torch.Generator], target: int) -> int:
+        """Load the plan's checkpoint if there is one; the epoch it resumes from."""
+        state = load_checkpoint(self.plan.path, self.adam.lr.device)
+        if state is None:
+            return 0
+        shapes = {k: list(v.shape) for k, v in self.model.state_dict().items()}
+        if state["shapes"] != shapes or state["target"] != target:
+            warnings.warn(
+                f"checkpoint {self.plan.path} is of another stacked model or epoch count; "
+                "ignoring it and training from scratch",
+                stacklevel=3,
+            )
+            return 0
+        self.model.load_state_dict(state["model"])
+        self.adam.load_state_dict(state["adam"])
+        for (dummy, sched), (dummy_state, sched_state) in zip(
+            self.schedules, state["schedules"], strict=True
+        ):
+            dummy.load_state_dict(dummy_state)
+            if sched is not None:
+                sched.load_state_dict(sched_state)
+        self.active = torch.tensor(state["active"], dtype=torch.bool)
+        self.status, self.reason = state["status"], state["reason"]
+        self.epoch, self.rows, self.step_norms = state["epoch"], state["rows"], state["step_norms"]
+        set_rng_state(state["rng"], generators)
+        return self.epoch
+
+    # --- training ----------------------------------------------------------------------
+
     def fit(
         self,
         epochs: int,
@@ -193,54 +302,67 @@ class StackedTrainer:
         stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
     ) -> list[TrainResult]:
         k = self.n_seeds
-        schedules = [_scheduler(self.optim, epochs) for _ in range(k)]
-        rows: list[list[dict]] = [[] for _ in range(k)]
-        step_norms: list[list[float]] = [[] for _ in range(k)]
-        status, reason = ["ok"] * k, [None] * k
-        for epoch in range(1, epochs + 1):
-            losses: list[list[float]] = [[] for _ in range(k)]
-            norms: list[list[float]] = [[] for _ in range(k)]
-            for x, y in batches(generators):
-                was_active = self.active.tolist()
-                loss, norm = self.train_step(x, y)
-                for i in (i for i in range(k) if was_active[i]):
-                    losses[i].append(loss[i])
-                    norms[i].append(norm[i])
-                    step_norms[i].append(norm[i])
-                    if not (math.isfinite(loss[i]) and math.isfinite(norm[i])):
-                        what = "loss" if not math.isfinite(loss[i]) else "gradient norm"
-                        status[i] = "diverged"
-                        reason[i] = f"non-finite {what} at epoch {epoch}, step {len(step_norms[i])}"
-                        self.active[i] = False
-                if not self.active.any():
-                    break
-            if not self.active.any():
-                break
-            metrics = evaluate(self.model)
-            for i in (i for i in range(k) if self.active[i]):
-                dummy, scheduler = schedules[i]
-                train_loss = sum(losses[i]) / len(losses[i])
-                rows[i].append(
-                    {
-                        "epoch": epoch,
-                        "train_loss": train_loss,
-                        "grad_norm_mean": sum(norms[i]) / len(norms[i]),
-                        "grad_norm_max": max(norms[i]),
-                        "lr": dummy.param_groups[0]["lr"],
-                        **metrics[i],
-                    }
-                )
-                if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                    scheduler.step(train_loss)
-                elif scheduler is not None:
-                    scheduler.step()
-                self.adam.lr[i] = dummy.param_groups[0]["lr"]
-                if stop_when is not None and stop_when(rows[i]):
-                    status[i], reason[i] = "early_stop", f"stop rule met at epoch {epoch}"
-                    self.active[i] = False
-            if not self.active.any():
-                break
+        self.schedules = [_scheduler(self.optim, epochs) for _ in range(k)]
+        resumed_from = self.resume(generators, epochs) if self.plan else 0
+        while self.epoch < epochs and self.active.any():
+            self.epoch += 1
+            self._epoch(batches, evaluate, generators, stop_when)
+            plan = self.plan
+            if plan and self.active.any() and self.epoch < epochs and self.epoch % plan.every == 0:
+                save_checkpoint(plan.path, self.state(generators, epochs))
+        if self.plan:
+            self.plan.path.unlink(missing_ok=True)  # the run is over: its records say the rest
         return [
-            TrainResult(pd.DataFrame(rows[i]), step_norms[i], status[i], reason[i])
+            TrainResult(
+                pd.DataFrame(self.rows[i]),
+                list(self.step_norms[i]),
+                self.status[i],
+                self.reason[i],
+                resumed_from,
+            )
             for i in range(k)
         ]
+
+    def _epoch(self, batches, evaluate, generators, stop_when) -> None:
+        """One epoch of every seed still active: its steps, then its row and schedule."""
+        k, epoch = self.n_seeds, self.epoch
+        losses: list[list[float]] = [[] for _ in range(k)]
+        norms: list[list[float]] = [[] for _ in range(k)]
+        for x, y in batches(generators):
+            was_active = self.active.tolist()
+            loss, norm = self.train_step(x, y)
+            for i in (i for i in range(k) if was_active[i]):
+                losses[i].append(loss[i])
+                norms[i].append(norm[i])
+                self.step_norms[i].append(norm[i])
+                if not (math.isfinite(loss[i]) and math.isfinite(norm[i])):
+                    what = "loss" if not math.isfinite(loss[i]) else "gradient norm"
+                    self.status[i] = "diverged"
+                    self.reason[i] = (
+                        f"non-finite {what} at epoch {epoch}, step {len(self.step_norms[i])}"
+                    )
+                    self.active[i] = False
+            if not self.active.any():
+                return
+        metrics = evaluate(self.model)
+        for i in (i for i in range(k) if self.active[i]):
+            dummy, scheduler = self.schedules[i]
+            train_loss = sum(losses[i]) / len(losses[i])
+            self.rows[i].append(
+                {
+                    "epoch": epoch,
+                    "train_loss": train_loss,
+                    "grad_norm_mean": sum(norms[i]) / len(norms[i]),
+                    "grad_norm_max": max(norms[i]),
+                    "lr": dummy.param_groups[0]["lr"],
+                    **metrics[i],
+                }
+            )
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(train_loss)
+            elif scheduler is not None:
+                scheduler.step()
+            self.adam.lr[i] = dummy.param_groups[0]["lr"]
+            if stop_when is not None and stop_when(self.rows[i]):
+                self.status[i], self.reason[i] = "early_stop", f"stop rule met at epoch {epoch}"
+                self.active[i] = False
