@@ -22,11 +22,60 @@ def _grokking() -> str:
         return "**CSP grokking (notebook 03).** No committed grid."
     table = report.grokking_table(records)
     cells = "; ".join(
-        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100% (gap {r.gap_ours}; "
-        f"paper {r.gap_paper})"
+        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap {r.gap_ours} "
+        f"vs paper {r.gap_paper}"
         for r in table.itertuples()
     )
     return f"**CSP grokking (notebook 03, committed grid).** {cells}."
+
+
+def _grokking_gap() -> str:
+    from structattn_lite.studies.grokking import experiment, report
+
+    records = experiment.committed_records("gap")
+    if not records:
+        return "**Grokking gap at the paper's sizes (notebook 03, grid `gap`).** Not committed yet."
+    table = report.grokking_table(records)
+    cells = "; ".join(
+        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap {r.gap_ours} "
+        f"vs paper {r.gap_paper}, {r.verdict}; spike at the jump {r.spike_at_jump}"
+        for r in table.itertuples()
+    )
+    return (
+        "**Grokking gap at the paper's sizes (notebook 03, grid `gap`; whole-string test "
+        f"accuracy, early stop on validation only).** {cells}."
+    )
+
+
+def _paper_era() -> str:
+    from structattn_lite.studies.grokking import experiment, report
+
+    records = experiment.committed_records("paper_era")
+    if not records:
+        return "**The paper-era model (notebook 03, grid `paper_era`).** Not committed yet."
+    summary = report.jump_findings(records).split("\n\n")[0]
+    return (
+        "**The authors' paper-era model (befce39) under the paper-text protocol (notebook 03, "
+        f"grid `paper_era`, {len(records)} seeds).** {summary}"
+    )
+
+
+def _attention() -> str:
+    from structattn_lite.studies.attention import report
+
+    summary = report.load_summary()
+    if summary is None:
+        return "**Attention (notebook 02).** No committed grid yet."
+    main = report.measurement_table(summary, "main")
+    digits = report.measurement_table(summary, "digits")
+    cells = "; ".join(f"{r['variant']} {r['test bpc']}" for _, r in main.iterrows())
+    images = "; ".join(f"{r['variant']} {r['test acc']}" for _, r in digits.iterrows())
+    low = report.low_data_verdict(summary).splitlines()[0]
+    return (
+        "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
+        f"interval over seeds).** {cells or 'no main runs'}. Digits (test accuracy): "
+        f"{images or 'no runs'}. {low} Grid: {report.grid_caption(summary)}."
+    )
 
 
 def _ablations() -> str:
@@ -83,7 +132,8 @@ def _authors() -> str:
 
 def render() -> str:
     """The findings section, from the committed tables."""
-    return "\n\n".join([_grokking(), _ablations(), _length(), _authors()])
+    parts = [_attention(), _grokking(), _paper_era(), _grokking_gap(), _ablations(), _length()]
+    return "\n\n".join([*parts, _authors()])
 
 
 def readme_section(text: str | None = None) -> str:

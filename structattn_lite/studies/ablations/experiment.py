@@ -233,23 +233,17 @@ def claim_verdict(a: tuple, b: tuple, level: float = 0.95) -> str:
     """A paper claim "A beats B", from (mean, sd, seeds) of each cell: a Welch t-interval
     for mean(A) - mean(B). "supported" when it lies above 0, "contradicted" when below,
     "undecided" when it contains 0 (or a cell has fewer than two seeds)."""
-    from scipy.stats import t
+    from structattn_lite.report import welch_difference
 
-    (ma, sa, na), (mb, sb, nb) = a, b
+    (ma, _, na), (mb, _, nb) = a, b
     if any(v is None or math.isnan(v) for v in (ma, mb)):
         return "not run"
     if na < 2 or nb < 2:
         return "undecided (one seed)"
-    va, vb = sa**2 / na, sb**2 / nb
-    if va + vb == 0:
-        diff_half = 0.0
-    else:
-        df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
-        diff_half = float(t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb))
-    diff = ma - mb
-    if diff - diff_half > 0:
+    _, low, high = welch_difference(a, b, level)
+    if low > 0:
         return "supported"
-    if diff + diff_half < 0:
+    if high < 0:
         return "contradicted"
     return "undecided"
 

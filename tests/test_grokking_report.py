@@ -1,0 +1,82 @@
+"""The grokking study's gap and spike analysis: one metric for every preset, a Welch
+verdict against the paper that a wide interval cannot pass, and the spike's offset."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from structattn_lite.records import RunRecord
+from structattn_lite.report import welch_difference
+from structattn_lite.studies.grokking import report
+from structattn_lite.studies.grokking.experiment import GRIDS, PAPER_GROKKING_GAP, grid
+
+
+def record(seed: int, seq_acc: list[float], prefix_acc: list[float], norms: list[float]):
+    """A run whose per-prefix accuracy (its labels) and whole-string accuracy differ."""
+    epochs = range(1, len(seq_acc) + 1)
+    history = pd.DataFrame(
+        {
+            "epoch": list(epochs),
+            "train_acc": prefix_acc,
+            "test_acc": prefix_acc,
+            "test_f1": prefix_acc,
+            "test_seq_acc": seq_acc,
+            "grad_norm_max": norms,
+        }
+    )
+    config = {"task": "parity", "preset": "authors_3bb9f71", "model": "csp", "seed": seed}
+    return RunRecord("csp", f"k{seed}", config, history)
+
+
+def test_gap_and_jump_read_whole_string_accuracy_not_the_runs_labels():
+    # Per-prefix accuracy passes 90% at epoch 1 and 100% at epoch 2; the whole string
+    # reaches 90% at epoch 3 and 100% at epoch 6. The spike (largest norm) is at epoch 4.
+    run = record(0, [0.5, 0.6, 0.92, 0.95, 0.99, 1.0], [0.95, 1.0, 1.0, 1.0, 1.0, 1.0],
+                 [1, 1, 2, 9, 1, 1])  # fmt: skip
+    row = report.summarize([run]).iloc[0]
+    assert (row.jump_epoch, row.grokking_gap, row.spike_epoch) == (3, 3, 4)
+    assert row.spike_minus_jump == 1
+    on_labels = report.summarize([run], metric="test_acc").iloc[0]
+    assert (on_labels.jump_epoch, on_labels.grokking_gap) == (1, 1)
+
+
+def test_welch_difference_matches_a_hand_computation():
+    # sd 1, n 4 on each side: se = sqrt(1/4 + 1/4), df = 6, t(0.975, 6) = 2.4469
+    diff, low, high = welch_difference((5.0, 1.0, 4), (3.0, 1.0, 4))
+    assert diff == 2.0 and (high - low) / 2 == pytest.approx(2.4469 * 0.5**0.5, rel=1e-4)
+    assert all(v != v for v in welch_difference((5.0, 1.0, 1), (3.0, 1.0, 4))[1:])
+
+
+@pytest.mark.parametrize(
+    ("gaps", "expected"),
+    [
+        ([3, 4, 3, 2, 4], "consistent with the paper's"),
+        ([10, 11, 12, 10, 11], "longer than the paper's"),
+        ([0, 0, 1, 0, 0], "shorter than the paper's"),
+        ([1, 40], "inconclusive"),  # the interval is wider than the paper's gap
+        ([3], "undecided: 1 seed(s) reached 100%"),
+    ],
+)
+def test_gap_verdict(gaps, expected):
+    assert PAPER_GROKKING_GAP["parity"] == (3.2, 1.2)
+    assert report.gap_verdict(pd.Series(gaps, dtype=float), "parity").startswith(expected)
+
+
+def test_grokking_table_counts_seeds_and_spikes():
+    # Every seed jumps at epoch 2 and reaches 100% at 3; seeds 1 and 2 spike at the jump,
+    # seed 0 four epochs after it.
+    spikes = {0: [1, 1, 1, 1, 1, 9], 1: [1, 5, 1, 1, 1, 1], 2: [1, 5, 1, 1, 1, 1]}
+    runs = [record(s, [0.5, 0.92, 1.0, 1.0, 1.0, 1.0], [1.0] * 6, spikes[s]) for s in range(3)]
+    row = report.grokking_table(runs).iloc[0]
+    assert (row.seeds, row.seeds_at_100) == (3, 3)
+    assert row.gap_ours == "1.0 ± 0.0 (3 seeds)" and row.spike_at_jump.startswith("2/3 seeds")
+    assert row.verdict.startswith("shorter than the paper's")
+
+
+def test_gap_grid_is_the_papers_sizes_with_a_validation_stop():
+    spec, runs = GRIDS["gap"], grid("gap")
+    assert len(runs) == len(spec["tasks"]) * len(spec["presets"]) * len(spec["seeds"])
+    assert len(spec["seeds"]) >= 5 and {r.epochs for r in runs} == {300}
+    assert {(r.task, r.n) for r in runs} == {("parity", 5000), ("mod3", 5000), ("dyck1", 10000)}
+    assert all(r.val_fraction > 0 and r.hold_perfect == 10 for r in runs)
