@@ -19,9 +19,11 @@ from structattn_lite.studies.attention.recipe import Recipe, lr_at
 from structattn_lite.studies.attention.report import (
     difference,
     fraction_table,
+    grid_caption,
     interval,
     low_data_verdict,
     measurement_table,
+    pruning_table,
     summarize,
 )
 
@@ -168,7 +170,18 @@ def test_grids_have_every_part_and_fair_tuning(tmp_path):
                                                                              configs)))  # fmt: skip
     committed = grids.variant_configs("committed", st.Config, "ptb")
     assert {grids.part(c) for c in committed} == {"main", "low data", "stability", "digits"}
-    assert len({c.seed for c in committed}) >= 5
+    # The committed grid tunes each variant on validation over its shorter tune_recipe and
+    # trains the final runs over the full recipe; images keep their own recipe for both.
+    spec = grids.GRIDS["committed"]
+    tuning = st.tuning_grid("committed")
+    text_tuning = [c for c in tuning if c.dataset not in st.IMAGE_DATASETS]
+    assert {c.recipe.max_steps for c in text_tuning} == {spec["tune_recipe"]["max_steps"]}
+    final = st.final_grid("committed", {st.variant_key(c): 1e-3 for c in tuning})
+    assert {c.recipe.max_steps for c in final if grids.part(c) == "main"} == {
+        spec["recipe"]["max_steps"]
+    }
+    assert not any(c.read_test for c in tuning) and all(c.read_test for c in final)
+    assert {c.seed for c in final if grids.part(c) == "stability"} == set(spec["bf16_seeds"])
     labels = {st.variant_label(c) for c in committed}
     assert {
         "matroidal m=1d",
@@ -224,6 +237,16 @@ def test_export_writes_a_summary_the_tables_can_read(tmp_path, monkeypatch):
     assert [p.name for p in paths] == ["attention_runs.csv", "attention_histories.csv.gz"]
     back = pd.read_csv(paths[0])
     assert len(back) == 2 and len(measurement_table(back)) == 2
+    # The committed summary alone renders the grid caption and the pruning table.
+    caption = grid_caption(back)
+    assert caption.startswith("main: 2 variants × 1 seeds, 6 steps; d_model 32, 2 heads")
+    prune = pruning_table(back)
+    assert list(prune["variant"]) == ["matroidal m=2d"]
+    kept = [c for c in prune.columns if c.startswith("drop ")]
+    assert (
+        len(kept) == len(st.Config().prune_fractions)
+        and prune[kept].iloc[0].str.contains("n=1").all()
+    )
 
 
 def test_missing_ptb_falls_back_loudly(monkeypatch, tmp_path):

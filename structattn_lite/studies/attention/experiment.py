@@ -289,6 +289,8 @@ def _tuned_variants(name: str) -> list[Config]:
     seen, out = set(), []
     for c in variant_configs(name, Config, resolve_dataset(), cifar10_available()):
         recipe = dataclasses.replace(c.recipe, precision="float32", patience=None)
+        if c.dataset not in IMAGE_DATASETS and "tune_recipe" in spec:
+            recipe = dataclasses.replace(recipe, **spec["tune_recipe"])
         base = replace(c, seed=spec["seeds"][0], read_test=False, data_fraction=1.0,
                        prune_fractions=(), recipe=recipe)  # fmt: skip
         if variant_key(base) not in seen:

@@ -22,6 +22,7 @@ FLOP_KEYS = ("flops_fast", "flops_reference", "flops_analytic", "flops_pairwise"
 AUDIT_KEYS = ("nonfinite_logits", "underflow_rows", "zero_rows", "neg_sq_dist", "fast_ref_gap")
 FAST_KEYS = ("rows", "nonfinite", "saturated_rows", "max_abs_logit", "fallbacks", "calls")
 LEVEL = 0.95
+GRID_KEYS = ("d_model", "n_heads", "n_layers", "block_size", "batch_size")
 
 
 def summarize(records: list[RunRecord]) -> pd.DataFrame:
@@ -48,7 +49,68 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
             "attn_time_vs_dot": x.get("attn_time_vs_dot", math.nan),
             "metric_drift": _metric_drift(c, x.get("weights")),
             "seconds": x.get("seconds", math.nan), "cpu_seconds": x.get("cpu_seconds", math.nan),
+            **{k: c[k] for k in GRID_KEYS}, "max_steps": recipe["max_steps"],
+            "warmup_steps": recipe["warmup_steps"],
         }  # fmt: skip
+        for p in x.get("pruning", []):  # validation after pruning a share of the columns
+            if p["fraction"] > 0 and "val_bpc" in p:
+                row[f"prune_kept_{p['fraction']:g}"] = p["kept"]
+                row[f"prune_val_bpc_{p['fraction']:g}"] = p["val_bpc"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def load_summary(path=None) -> pd.DataFrame | None:
+    """The committed summary (``data/results/attention_runs.csv``), or None if absent."""
+    from structattn_lite.config import results_dir
+
+    path = path or results_dir() / "attention_runs.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def grid_caption(summary: pd.DataFrame) -> str:
+    """The grid a table came from, read from the runs: seeds and steps per part, model,
+    tuning. Printed under every committed table."""
+    fin = finals(summary)
+    parts = []
+    for name, g in fin.groupby("part", sort=False):
+        seeds = g.groupby("variant")["seed"].nunique()
+        spread = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
+        steps = "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
+        parts.append(f"{name}: {g['variant'].nunique()} variants × {spread} seeds, {steps} steps")
+    lm = fin[~fin["dataset"].isin(["digits", "cifar10"])]
+    model = (
+        f"d_model {lm['d_model'].iloc[0]}, {lm['n_heads'].iloc[0]} heads, "
+        f"{lm['n_layers'].iloc[0]} layers, context {lm['block_size'].iloc[0]}, "
+        f"batch {lm['batch_size'].iloc[0]}"
+        if len(lm)
+        else "no language-model runs"
+    )
+    tun = summary[summary["tuning"].astype(bool)]
+    rates = "/".join(f"{v:g}" for v in sorted(tun["lr"].unique()))
+    tune_steps = "/".join(str(int(v)) for v in sorted(tun["max_steps"].unique()))
+    return (
+        "; ".join(parts)
+        + f"; {model}; rates {rates} tuned per variant on validation over {tune_steps} steps; "
+        + "test read once per final run"
+    )
+
+
+def pruning_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Validation bpc (95% t interval) after pruning each share of the support columns
+    and a short fine-tune, per matroidal variant of the main comparison."""
+    sub = finals(summary)
+    sub = sub[(sub["part"] == "main") & (sub["kind"] == "matroidal")]
+    cols = [c for c in sub.columns if c.startswith("prune_val_bpc_")]
+    if not len(sub) or not cols:
+        return pd.DataFrame()
+    rows = []
+    for variant, g in sub.groupby("variant", sort=False):
+        row = {"variant": variant, "unpruned val bpc": interval(g["val_bpc"])}
+        for c in cols:
+            frac = c.removeprefix("prune_val_bpc_")
+            kept = g[f"prune_kept_{frac}"].mean()
+            row[f"drop {float(frac):.0%} (keep {kept:.0%})"] = interval(g[c])
         rows.append(row)
     return pd.DataFrame(rows)
 
