@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,29 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
         k: ([t.cpu() for t in v] if isinstance(v, list) else v.cpu())
         for k, v in state["rng"].items()
     }
+    return state
+
+
+def model_shapes(model: torch.nn.Module) -> dict[str, list[int]]:
+    """Each parameter's and buffer's shape: what a checkpoint must match to be resumed."""
+    return {k: list(v.shape) for k, v in model.state_dict().items()}
+
+
+def load_matching_checkpoint(
+    path: str | os.PathLike, device: torch.device | str, model: torch.nn.Module, target: int
+) -> dict | None:
+    """The checkpoint at ``path`` if it is of this model and epoch count; None when there
+    is none, and None with a warning when it belongs to another run (train from scratch)."""
+    state = load_checkpoint(path, device)
+    if state is None:
+        return None
+    if state["shapes"] != model_shapes(model) or state["target"] != target:
+        warnings.warn(
+            f"checkpoint {path} is of another model or epoch count; ignoring it and "
+            "training from scratch",
+            stacklevel=4,
+        )
+        return None
     return state
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ from structattn_lite.config import check_int
 from structattn_lite.training.checkpoint import (
     CheckpointPlan,
     active_plan,
-    load_checkpoint,
+    load_matching_checkpoint,
+    model_shapes,
     plain,
     rng_state,
     save_checkpoint,
@@ -261,21 +261,13 @@ class StackedTrainer:
             "rows": [[{k: plain(v) for k, v in row.items()} for row in r] for r in self.rows],
             "step_norms": [list(n) for n in self.step_norms],
             "rng": rng_state(generators),
-            "shapes": {k: list(v.shape) for k, v in self.model.state_dict().items()},
+            "shapes": model_shapes(self.model),
         }
 
     def resume(self, generators: list[torch.Generator], target: int) -> int:
         """Load the plan's checkpoint if there is one; the epoch it resumes from."""
-        state = load_checkpoint(self.plan.path, self.adam.lr.device)
+        state = load_matching_checkpoint(self.plan.path, self.adam.lr.device, self.model, target)
         if state is None:
-            return 0
-        shapes = {k: list(v.shape) for k, v in self.model.state_dict().items()}
-        if state["shapes"] != shapes or state["target"] != target:
-            warnings.warn(
-                f"checkpoint {self.plan.path} is of another stacked model or epoch count; "
-                "ignoring it and training from scratch",
-                stacklevel=3,
-            )
             return 0
         self.model.load_state_dict(state["model"])
         self.adam.load_state_dict(state["adam"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,8 @@ from structattn_lite.config import check_choice, check_int, check_number, resolv
 from structattn_lite.training.checkpoint import (
     CheckpointPlan,
     active_plan,
-    load_checkpoint,
+    load_matching_checkpoint,
+    model_shapes,
     plain,
     rng_state,
     save_checkpoint,
@@ -193,21 +193,13 @@ class Trainer:
             "rows": [{k: plain(v) for k, v in row.items()} for row in self.rows],
             "step_grad_norms": list(self.step_grad_norms),
             "rng": rng_state(generator),
-            "shapes": {k: list(v.shape) for k, v in self.model.state_dict().items()},
+            "shapes": model_shapes(self.model),
         }
 
     def resume(self, generator: torch.Generator, target: int) -> int:
         """Load the plan's checkpoint if there is one; the epoch it resumes from."""
-        state = load_checkpoint(self.plan.path, self.device)
+        state = load_matching_checkpoint(self.plan.path, self.device, self.model, target)
         if state is None:
-            return 0
-        shapes = {k: list(v.shape) for k, v in self.model.state_dict().items()}
-        if state["shapes"] != shapes or state["target"] != target:
-            warnings.warn(
-                f"checkpoint {self.plan.path} is of another model or epoch count; "
-                "ignoring it and training from scratch",
-                stacklevel=3,
-            )
             return 0
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
