@@ -110,7 +110,7 @@ def _length() -> str:
 
 
 def _authors() -> str:
-    from structattn_lite.studies.length import report
+    from structattn_lite.studies.length import authors, report
 
     for grid in ("authors", "authors_short"):
         curves = report.load_curves(grid)
@@ -118,7 +118,7 @@ def _authors() -> str:
             break
     else:
         return "**The authors' own length table (notebook 05).** No committed grid yet."
-    table = report.authors_table(curves)
+    table = authors.authors_table(curves)
     cells = "; ".join(
         f"{task} L = {length}: ours {row['ours, all positions']} vs theirs "
         f"{row[chr(39).join(['authors', ' README'])]} ({row['verdict']})"

@@ -7,6 +7,7 @@ from torch import nn
 
 from structattn_lite.data.leakage import leakage_table
 from structattn_lite.data.tasks import make_task
+from structattn_lite.studies.length import authors as la
 from structattn_lite.studies.length import experiment as ls
 from structattn_lite.studies.length import report as lt
 
@@ -125,7 +126,7 @@ def test_authors_table_sets_their_number_against_our_interval():
                     "seq_acc": acc,
                 }
             )
-    table = lt.authors_table(pd.DataFrame(rows))
+    table = la.authors_table(pd.DataFrame(rows))
     # L=32: mean 0.92, half-width 2.776 * 0.0071 / sqrt(5) = 0.0088; theirs 0.922 inside
     assert table.loc[("parity", 32), "verdict"] == "theirs inside our 95% CI"
     assert table.loc[("parity", 32), "authors' README"] == "0.922"
@@ -134,4 +135,4 @@ def test_authors_table_sets_their_number_against_our_interval():
     # L=16: every seed at 1.0, sd 0: theirs (1.000) inside a zero-width interval
     assert table.loc[("parity", 16), "verdict"] == "theirs inside our 95% CI"
     low = pd.DataFrame(rows).assign(all_acc=lambda d: d["all_acc"] - 0.2 * (d["length"] == 32))
-    assert lt.authors_table(low).loc[("parity", 32), "verdict"].startswith("ours lower")
+    assert la.authors_table(low).loc[("parity", 32), "verdict"].startswith("ours lower")
