@@ -22,8 +22,8 @@ and its backward recomputes exactly the logits of its forward; and the last colu
 (0 against 1) reads each row's sum of the kernel's softmax gradient, which is 0 in
 exact arithmetic, so ``_RowSumZero`` can remove the residual a fused kernel leaves on
 rows that are one-hot to float32 precision. With separate q/k such a row peaks at an
-unknown key, so calls whose folded logits could exceed ``logit_bound`` take the
-reference path instead, counted in ``stats.fallbacks``.
+unknown key, so calls whose folded logits could exceed ``logit_bound`` run the same
+folded kernel in float64 instead, counted in ``stats.fallbacks``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ OPTIONS = {
 }
 # With separate q/k a fused kernel leaves a rounding residual in rows that are one-hot
 # to float32 precision, which the folded q~, k~ amplify; past this folded-logit size
-# those calls take the reference path (tests/test_attention_gradients.py).
+# those calls fold in float64 (tests/test_attention_gradients.py).
 SEPARATE_QK_LOGIT_BOUND = 1e3
 
 
@@ -85,7 +85,7 @@ class FastPathStats:
     inputs (q~, k~) and its output; saturated_rows: rows whose largest probability is 1
     to the working precision (every other weight below its epsilon), so no gradient
     flows through their scores; max_abs_logit: the largest |logit| the kernel formed;
-    fallbacks: calls the metric kinds sent to the reference path (see logit_bound).
+    fallbacks: calls the metric kinds folded in float64 (see logit_bound).
     """
 
     calls: int = 0
@@ -327,15 +327,18 @@ class MetricAttention(Attention):
         c = (0.5 * (z_q[:, :1] + z_k[:, :1])).detach()
         return z_q - c, z_k - c
 
-    def folded(self, x: torch.Tensor, width: int | None = None):
+    def folded(self, x: torch.Tensor, width: int | None = None, dtype=None):
         """(q~, k~, |z_q|_M^2 / tau, |z_k|_M^2 / tau), q~ . k~ = logits + a row constant.
 
         Columns: d of M z / tau against z; the key bias (1 against -|z|_M^2 / 2 tau);
         a probe (0 against 1) whose gradient is the row sum of the kernel's dS (see
         ``_RowSumZero``); zeros up to ``width`` (default d + 2). q~, k~ are [B, H, N, w]
-        views of [B, N, H, w] memory, as SDPA takes them.
+        views of [B, N, H, w] memory, as SDPA takes them. ``dtype``: fold in this
+        precision (the projections z stay in the module's).
         """
         z_q, z_k = self.centred(x)
+        if dtype is not None:
+            z_q, z_k = z_q.to(dtype), z_k.to(dtype)
         m_tau = self.metric().to(z_q.dtype) * self.inv_tau().to(z_q.dtype)
         mz_q, sq_q = self.apply_metric(z_q, m_tau)
         mz_k, sq_k = (mz_q, sq_q) if self.shared_qk else self.apply_metric(z_k, m_tau)
@@ -371,7 +374,7 @@ class MetricAttention(Attention):
             self.last_bound = self.folded_bound(sq_q, sq_k)
             if not self.last_bound <= self.logit_bound:  # also catches NaN
                 self.stats.fallbacks += self.training
-                return self.reference(x)
+                return self.folded_float64(x, width)
         if self.shared_qk:
             q, k = _RowSumZero.apply(q, k, self.d_head + 1)
         v = F.pad(self.heads(self.w_v(x)), (0, width - self.d_head)).transpose(1, 2)
@@ -379,6 +382,21 @@ class MetricAttention(Attention):
         if self.checking():
             self.count(q, k, 1.0, y)
         return self.merge(y[..., : self.d_head])
+
+    def folded_float64(self, x: torch.Tensor, width: int) -> torch.Tensor:
+        """The fallback: the same folded kernel in float64, where the rounding residual
+        of one-hot rows is ~1e-16 of the logits instead of ~1e-7 (exact to the tests'
+        1e-4 at any logit size met in training), at a fraction of the pairwise
+        reference's cost. Autocast is off inside: it must not cast back to half."""
+        with torch.autocast(x.device.type, enabled=False):
+            x_own = x.to(self.w_v.weight.dtype)  # autocast may hand in bfloat16
+            q, k, _, _ = self.folded(x_own, width, dtype=torch.float64)
+            v = self.heads(self.w_v(x_own)).to(torch.float64)
+            v = F.pad(v, (0, width - self.d_head)).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=1.0)
+            if self.checking():
+                self.count(q, k, 1.0, y)
+        return self.merge(y[..., : self.d_head]).to(x.dtype)
 
     def expanded_sq_dist(self, x: torch.Tensor) -> torch.Tensor:
         """z_i^T M z_i + z_j^T M z_j - 2 z_i^T M z_j [B, H, N, N]: can go negative by rounding."""
