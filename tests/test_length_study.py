@@ -136,3 +136,12 @@ def test_authors_table_sets_their_number_against_our_interval():
     assert table.loc[("parity", 16), "verdict"] == "theirs inside our 95% CI"
     low = pd.DataFrame(rows).assign(all_acc=lambda d: d["all_acc"] - 0.2 * (d["length"] == 32))
     assert la.authors_table(low).loc[("parity", 32), "verdict"].startswith("ours lower")
+    # Their three printed decimals: 0.999 stands for [0.9985, 0.9995), so every seed at
+    # 0.9994 is inside (a zero-width interval, widened by the rounding) and 0.997 is not.
+    dyck = pd.DataFrame(rows).assign(task="dyck1_authors")
+    at16 = dyck["length"] == 16
+    inside = la.authors_table(dyck.assign(all_acc=dyck["all_acc"].where(~at16, 0.9994)))
+    assert inside.loc[("dyck1_authors", 16), "authors' README"] == "0.999"
+    assert inside.loc[("dyck1_authors", 16), "verdict"] == "theirs inside our 95% CI"
+    under = la.authors_table(dyck.assign(all_acc=dyck["all_acc"].where(~at16, 0.997)))
+    assert under.loc[("dyck1_authors", 16), "verdict"].startswith("ours lower")
