@@ -25,6 +25,7 @@ from structattn_lite.studies.attention.report import (
     measurement_table,
     pruning_table,
     summarize,
+    tuning_table,
 )
 
 TINY_RECIPE = Recipe(lr=3e-3, max_steps=6, warmup_steps=2, eval_every=3, check_every=1)
@@ -240,6 +241,13 @@ def test_export_writes_a_summary_the_tables_can_read(tmp_path, monkeypatch):
     # The committed summary alone renders the grid caption and the pruning table.
     caption = grid_caption(back)
     assert caption.startswith("main: 2 variants × 1 seeds, 6 steps; d_model 32, 2 heads")
+    tuned = tuning_table(pd.DataFrame({
+        "tuning": [True] * 4, "dataset": ["ptb"] * 4, "variant": ["dot", "dot", "dense", "dense"],
+        "lr": [1e-3, 2e-3, 1e-3, 2e-3], "val_bpc": [3.0, 2.9, 2.8, 2.9], "val_loss": [0.0] * 4,
+    })).set_index("variant")  # fmt: skip
+    assert tuned.loc["dot", "chosen at the sweep's edge"] == "highest"
+    assert tuned.loc["dense", 1e-3] == "2.800*"
+    assert tuned.loc["dense", "chosen at the sweep's edge"] == "lowest"
     prune = pruning_table(back)
     assert list(prune["variant"]) == ["matroidal m=2d"]
     kept = [c for c in prune.columns if c.startswith("drop ")]

@@ -310,7 +310,14 @@ def tuning_table(summary: pd.DataFrame) -> pd.DataFrame:
     tun["what"] = np.where(image, "val loss", "val bpc")
     table = tun.pivot_table(index=["dataset", "variant", "what"], columns="lr", values="valid")
     marked = table.astype(object)
+    edge = []
     for idx, row in table.iterrows():
         best = row.min()
         marked.loc[idx] = [f"{v:.3f}*" if v == best else f"{v:.3f}" for v in row]
+        at = list(row.index[row == best])
+        # a rate chosen at either end of the sweep may not be the best rate there is
+        edge.append(
+            "highest" if at[-1] == row.index[-1] else "lowest" if at[0] == row.index[0] else ""
+        )
+    marked["chosen at the sweep's edge"] = edge
     return marked.reset_index()
