@@ -240,7 +240,7 @@ def test_export_writes_a_summary_the_tables_can_read(tmp_path, monkeypatch):
     assert len(back) == 2 and len(measurement_table(back)) == 2
     # The committed summary alone renders the grid caption and the pruning table.
     caption = grid_caption(back)
-    assert caption.startswith("main: 2 variants × 1 seeds, 6 steps; d_model 32, 2 heads")
+    assert caption.startswith("main: 2 variant(s) × 1 seed(s), 6 steps; d_model 32, 2 heads")
     tuned = tuning_table(pd.DataFrame({
         "tuning": [True] * 4, "dataset": ["ptb"] * 4, "variant": ["dot", "dot", "dense", "dense"],
         "lr": [1e-3, 2e-3, 1e-3, 2e-3], "val_bpc": [3.0, 2.9, 2.8, 2.9], "val_loss": [0.0] * 4,

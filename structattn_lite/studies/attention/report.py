@@ -73,11 +73,14 @@ def grid_caption(summary: pd.DataFrame) -> str:
     tuning. Printed under every committed table."""
     fin = finals(summary)
     parts = []
-    for name, g in fin.groupby("part", sort=False):
+    for (name, fraction), g in fin.groupby(["part", "fraction"], sort=False):
         seeds = g.groupby("variant")["seed"].nunique()
         spread = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
         steps = "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
-        parts.append(f"{name}: {g['variant'].nunique()} variants × {spread} seeds, {steps} steps")
+        label = f"{name} ({fraction:.0%} of the text)" if name == "low data" else name
+        parts.append(
+            f"{label}: {g['variant'].nunique()} variant(s) × {spread} seed(s), {steps} steps"
+        )
     lm = fin[~fin["dataset"].isin(["digits", "cifar10"])]
     model = (
         f"d_model {lm['d_model'].iloc[0]}, {lm['n_heads'].iloc[0]} heads, "
@@ -88,10 +91,15 @@ def grid_caption(summary: pd.DataFrame) -> str:
     )
     tun = summary[summary["tuning"].astype(bool)]
     rates = "/".join(f"{v:g}" for v in sorted(tun["lr"].unique()))
-    tune_steps = "/".join(str(int(v)) for v in sorted(tun["max_steps"].unique()))
+    steps = {
+        what: "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
+        for what, g in tun.groupby(tun["dataset"].isin(["digits", "cifar10"]).map(
+            {False: "text", True: "images"}))
+    }  # fmt: skip
+    over = ", ".join(f"{what} over {n} steps" for what, n in steps.items())
     return (
         "; ".join(parts)
-        + f"; {model}; rates {rates} tuned per variant on validation over {tune_steps} steps; "
+        + f"; {model}; rates {rates} tuned per variant on validation ({over}); "
         + "test read once per final run"
     )
 
@@ -295,7 +303,8 @@ def findings(summary: pd.DataFrame) -> str:
     out.append("softmax rows saturated (one-hot to float32) inside training steps: "
                + ", ".join(f"{k} {v:.1%}" for k, v in sat.items()))  # fmt: skip
     out.append(f"non-finite values inside training steps: {int(main['fast_nonfinite'].sum())}; "
-               f"reference-path fallbacks: {int(main['fast_fallbacks'].sum())}")  # fmt: skip
+               f"float64 fallbacks (separate q/k past the logit bound): "
+               f"{int(main['fast_fallbacks'].sum())}")  # fmt: skip
     return "\n".join(out)
 
 
