@@ -5,6 +5,7 @@ import statistics
 
 import pandas as pd
 import pytest
+import stack_support
 import torch
 
 from structattn_lite.models.csp_authors import REVISIONS, AuthorsCSP, AuthorsCSPConfig
@@ -19,16 +20,8 @@ from structattn_lite.training.state_tracking import CSPRun, run_csp
 from structattn_lite.training.trainer import OptimConfig
 
 
-def reference_models(cfg, seeds, perturb):
-    models = []
-    for s in seeds:
-        torch.manual_seed(s)
-        model = AuthorsCSP(cfg).double()
-        with torch.no_grad():  # off the zero initialisation of some revisions' angles
-            for p in model.parameters():
-                p.add_(perturb * torch.randn_like(p))
-        models.append(model)
-    return models
+def reference_models(cfg, seeds, perturb=0.0):
+    return stack_support.reference_models(AuthorsCSP, cfg, seeds, perturb)
 
 
 def outputs_and_grads(model, x, weights, last):

@@ -6,6 +6,7 @@ import statistics
 
 import pandas as pd
 import pytest
+import stack_support
 import torch
 
 from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
@@ -42,16 +43,7 @@ SWITCHES = [
 
 
 def reference_models(cfg, seeds, perturb=0.0):
-    """float64 reference models, each weight optionally moved off its initialisation."""
-    models = []
-    for s in seeds:
-        torch.manual_seed(s)
-        model = CSP(cfg).double()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(perturb * torch.randn_like(p))
-        models.append(model)
-    return models
+    return stack_support.reference_models(CSP, cfg, seeds, perturb)
 
 
 def outputs_and_grads(model, x, weights, last):

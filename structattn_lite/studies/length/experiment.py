@@ -185,6 +185,20 @@ def fit_reached(rows: list[dict], cfg: LengthRun) -> bool:
     )
 
 
+def fixed_protocol_data(cfg: LengthRun):
+    """The fixed protocol's strings of one run: its training length, a label per prefix."""
+    return make_dataset(
+        cfg.task,
+        cfg.n,
+        cfg.train_length,
+        cfg.seed,
+        labels="prefix",
+        leaky=cfg.split == "random",
+        val_fraction=cfg.val_fraction,
+        **cfg.task_options,
+    )
+
+
 def run_length(
     cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu"
 ) -> RunRecord:
@@ -194,16 +208,7 @@ def run_length(
     model = build_length_model(cfg, task.n_classes, task.vocab_size)
     loss = get_loss(cfg.loss)
     if cfg.protocol == "fixed":
-        data = make_dataset(
-            cfg.task,
-            cfg.n,
-            cfg.train_length,
-            cfg.seed,
-            labels="prefix",
-            leaky=cfg.split == "random",
-            val_fraction=cfg.val_fraction,
-            **cfg.task_options,
-        )
+        data = fixed_protocol_data(cfg)
         x_test, y_test = data.x_test, data.y_test
         x_val, y_val = data.x_val, data.y_val
 
@@ -469,18 +474,7 @@ def run_seeds(configs: list[LengthRun], progress: bool = False, device: str = "c
     task = make_task(cfg0.task, **cfg0.task_options)
     models, data = [], []
     for c in configs:
-        data.append(
-            make_dataset(
-                c.task,
-                c.n,
-                c.train_length,
-                c.seed,
-                labels="prefix",
-                leaky=c.split == "random",
-                val_fraction=c.val_fraction,
-                **c.task_options,
-            )
-        )
+        data.append(fixed_protocol_data(c))
         torch.manual_seed(c.seed)
         models.append(build_length_model(c, task.n_classes, task.vocab_size))
     stacked = stack_models(models) if cfg0.protocol == "fixed" else None
