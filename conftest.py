@@ -15,3 +15,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # pytest -n 2 runs two workers (and their notebook kernels) on two cores: one thread each,
 # or OpenMP threads spin against each other and small models run ten times slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config):
+    """nbmake executes the notebooks with nbclient in the test processes: keep Output
+    widgets from stalling them (see ``headless_output_widgets``)."""
+    from structattn_lite.notebook_runner import headless_output_widgets
+
+    headless_output_widgets()

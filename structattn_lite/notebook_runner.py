@@ -117,6 +117,26 @@ def export_html(notebook: Path, out_dir: Path | None = None) -> Path:
     return target
 
 
+def headless_output_widgets() -> None:
+    """Keep headless runs (nbclient: papermill, nbmake) from stalling on Output widgets.
+
+    nbclient mimics a browser's Output widget: each output a cell writes into one is
+    echoed back to the kernel as a comm message, sent on the shell socket while nbclient
+    awaits that cell's reply on the same socket. Now and then (about 1 run in 4 here) the
+    reply then goes unnoticed until the cell's timeout, and the run passes minutes late
+    (as in jupyter/nbclient#312). The echo only updates the kernel's copy of the widget;
+    the saved widget state, which the reports render, is kept by nbclient itself. So skip
+    the echo. Idempotent.
+    """
+    from nbclient.output_widget import OutputWidget
+
+    OutputWidget.sync_state = _skip_kernel_echo
+
+
+def _skip_kernel_echo(self) -> None:
+    """nbclient's ``OutputWidget.sync_state`` without the shell message (see above)."""
+
+
 def run_notebooks(
     profile: str, only: list[str] | None = None, out_dir: Path | None = None, device: str = "cpu"
 ) -> list[Path]:
@@ -129,6 +149,7 @@ def run_notebooks(
 
     check_profile(profile)
     device = resolve_device(device)
+    headless_output_widgets()
     reports = Path(out_dir) if out_dir else repo_root() / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     written = []

@@ -323,11 +323,12 @@ def kernel_idle(page) -> bool:
 
 
 def output_snapshot(area) -> str:
-    """The HTML of every widget Output area inside ``area`` (images included as data URLs,
-    tables as HTML): what a change of a control must change."""
+    """The HTML of every widget Output area and Image widget inside ``area`` (images
+    included as data or blob URLs, tables as HTML): what a change of a control must change."""
     return area.evaluate(
-        """el => Array.from(el.querySelectorAll('.widget-output, .jupyter-widgets-output-area'))
-                     .map(o => o.innerHTML).join('\\n')"""
+        """el => Array.from(el.querySelectorAll(
+                   '.widget-output, .jupyter-widgets-output-area, img.widget-image'))
+                     .map(o => o.outerHTML).join('\\n')"""
     )
 
 

@@ -175,7 +175,8 @@ def test_voila_app_offline(browser, tmp_path):
     with bs.voila(folder, tmp_path) as (base, token):
         for name in names:
             page, aborted, errors = _page(browser, VOILA_BENIGN)
-            page.goto(f"{base}/voila/render/{name}?token={token}")
+            # Voila runs the notebook before it sends the page: allow what the widgets get
+            page.goto(f"{base}/voila/render/{name}?token={token}", timeout=120_000)
             page.wait_for_selector(".widget-dropdown select", timeout=120_000)
             if "$" in (folder / name).read_text():  # the guide has formulas: typeset?
                 bs.wait_until(lambda p=page: p.locator("mjx-container").count(), 30, "formulas")
@@ -213,7 +214,8 @@ def test_offline_report(browser, tmp_path, monkeypatch):
         "&& MathJax.Hub.queue.pending === 0",
         timeout=60_000,
     )
-    bs.wait_until(lambda: page.locator(".widget-output img").count() > 0, 60, "widget views")
+    pictures = ".widget-output img, img.widget-image"
+    bs.wait_until(lambda: page.locator(pictures).count() > 0, 60, "widget views")
     bs.SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=bs.SHOTS / "report_01_offline.png", full_page=True)
 

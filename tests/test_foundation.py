@@ -209,3 +209,27 @@ def test_length_scores_split_seen_and_unseen_positions():
     got = length_scores(pred, target, train_length=2)
     assert got == {"seq_acc": 0.5, "unseen_acc": 0.5}
     assert math.isnan(length_scores(pred, target, train_length=4)["unseen_acc"])
+
+
+def test_headless_runs_keep_output_widget_state_without_messaging_the_kernel():
+    from types import SimpleNamespace
+
+    from nbclient.output_widget import OutputWidget
+    from nbformat.v4 import new_output
+
+    from structattn_lite.notebook_runner import headless_output_widgets
+
+    headless_output_widgets()
+    sent = []
+    client = SimpleNamespace(
+        session=SimpleNamespace(msg=lambda *a, **k: {}),
+        shell_channel=SimpleNamespace(send=sent.append),
+    )
+    executor = SimpleNamespace(widget_state={"w": {"outputs": []}})
+    widget = OutputWidget("w", {"outputs": []}, client, executor)
+    message = {"header": {"msg_type": "display_data"}, "parent_header": {},
+               "content": {"data": {"text/plain": "a figure"}, "metadata": {}}}  # fmt: skip
+    widget.output([], message, None, 0)
+    assert sent == []  # nothing sent on the shell socket while the cell's reply is awaited
+    saved = executor.widget_state["w"]["outputs"]  # what the HTML reports render
+    assert saved == [new_output("display_data", data={"text/plain": "a figure"})]

@@ -279,5 +279,9 @@ def test_explorer_runs_headless() -> None:
     assert cert.is_tu and len(fig.axes) >= 4
     box = support_explorer()
     rule, _, m = box.children[0].children
+    picture = box.children[3]
+    before = picture.value
+    assert before[:8] == b"\x89PNG\r\n\x1a\n"  # the figure, as PNG bytes
     rule.value = "path"
     assert (m.min, m.max) == (1, 7) and "totally unimodular" in box.children[2].value
+    assert picture.value[:4] == b"\x89PNG" and picture.value != before  # redrawn

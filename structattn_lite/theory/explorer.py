@@ -8,6 +8,7 @@ leaks into global state, a notebook cell can end with ``fig`` to show it, and
 from __future__ import annotations
 
 import html
+import io
 from collections.abc import Mapping
 
 import networkx as nx
@@ -132,17 +133,26 @@ def explore_support(
     return fig, tu_certificate(A)
 
 
+def png_bytes(fig: Figure, dpi: int = 90) -> bytes:
+    """The figure as PNG bytes (for an Image widget)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    return buffer.getvalue()
+
+
 def support_explorer(n_max: int = 16):
     """An ipywidgets explorer: graph family, size, m, seed, eps -> A, M, spectrum, TU."""
     import ipywidgets as W
-    from IPython.display import display
 
     rule = W.Dropdown(options=SUPPORT_RULES, value="ring", description="rule")
     n = W.IntSlider(value=8, min=3, max=n_max, description="n_nodes")
     m = W.IntSlider(value=8, min=1, max=8, description="m")
     seed = W.BoundedIntText(value=0, min=0, max=2**31 - 1, description="seed")
     eps = W.FloatLogSlider(value=1e-2, base=10, min=-4, max=0, description="eps")
-    verdict, out = W.HTML(), W.Output()
+    # An Image widget, not an Output widget: headless runners (nbclient, under papermill
+    # and nbmake) mimic an Output widget by messaging the kernel mid-cell, which can stall
+    # the run until the cell's timeout (jupyter/nbclient#312).
+    verdict, picture = W.HTML(), W.Image(format="png")
     busy = [False]  # adjusting m's range fires its observer; draw once per change
 
     def refresh(_=None) -> None:
@@ -159,14 +169,12 @@ def support_explorer(n_max: int = 16):
             busy[0] = False
         colour = "green" if cert.is_tu else "crimson"
         verdict.value = f"<pre style='color:{colour}'>{html.escape(str(cert))}</pre>"
-        with out:
-            out.clear_output(wait=True)
-            display(fig)
+        picture.value = png_bytes(fig)
 
     for widget in (rule, n, m, seed, eps):
         widget.observe(refresh, names="value")
     refresh()
-    return W.VBox([W.HBox([rule, n, m]), W.HBox([seed, eps]), verdict, out])
+    return W.VBox([W.HBox([rule, n, m]), W.HBox([seed, eps]), verdict, picture])
 
 
 def demo_tokens(n_tokens: int = 6, d: int = 8, batch: int = 2, seed: int = 0):
