@@ -105,7 +105,9 @@ def _length() -> str:
         "**Length generalization (notebook 05, fixed protocol).** Models that hold whole-string "
         f"accuracy ≥ {report.HOLDS} from their training length to the longest length: "
         + "; ".join(parts)
-        + f". Grid: {report.length_caption(curves)}."
+        + ". "
+        + report.findings(curves).get("fit", "").replace("**", "")
+        + f" Grid: {report.length_caption(curves)}."
     )
 
 

@@ -101,6 +101,24 @@ def test_length_table_sits_beside_the_authors_numbers():
     assert table.loc[("parity", "fixed", "diag_rnn"), "authors L=64"] == "-"
 
 
+def test_fit_seeds_counts_each_seed_by_its_own_stop_rule():
+    rows = []
+    for model, finals in (("lstm", (1.0, 0.999)), ("diag_rnn", (1.0, 0.95))):
+        for seed, final in enumerate(finals):
+            for length in (8, 16, 32):
+                rows.append({"task": "parity", "protocol": "fixed", "model": model,
+                             "seed": seed, "length": length, "train_length": 16,
+                             "seq_acc": 1.0, "all_acc": 1.0, "n_parameters": 10,
+                             "stop_at_fit": 0.999, "final_val_seq_acc": final})  # fmt: skip
+    curves = pd.DataFrame(rows)
+    fitted = lt.fit_seeds(curves)
+    assert fitted["parity", "fixed", "lstm"] == 2 and fitted["parity", "fixed", "diag_rnn"] == 1
+    assert lt.length_table(curves).loc[("parity", "fixed", "diag_rnn"), "fit"] == "1/2"
+    assert "1 of 2 model × task cells fit on every seed" in lt.findings(curves)["fit"]
+    assert "diag_rnn on parity (1/2)" in lt.findings(curves)["fit"]
+    assert "fit" not in lt.findings(curves.drop(columns="stop_at_fit"))
+
+
 def test_committed_length_results_cover_the_grid():
     curves = lt.load_curves()
     assert set(curves["task"]) == {"parity", "mod3", "dyck1"}

@@ -69,11 +69,23 @@ def length_summary(curves: pd.DataFrame, metric: str = "all_acc") -> pd.DataFram
     return mean, sd, seeds, params
 
 
+def fit_seeds(curves: pd.DataFrame) -> pd.Series:
+    """Per task/protocol/model: how many seeds fit their training length by the run's own
+    stop rule (final validation whole-string accuracy >= ``stop_at_fit``); empty when the
+    runs had no such rule."""
+    if "stop_at_fit" not in curves or curves["stop_at_fit"].isna().all():
+        return pd.Series(dtype=int)
+    runs = curves.drop_duplicates(["task", "protocol", "model", "seed"])
+    fit = runs["final_val_seq_acc"] >= runs["stop_at_fit"]
+    return fit.groupby([runs["task"], runs["protocol"], runs["model"]]).sum().astype(int)
+
+
 def length_table(
     curves: pd.DataFrame, metric: str = "all_acc", protocol: str | None = None
 ) -> pd.DataFrame:
     """Ours at L = 16..256 (mean ± sd) beside the authors' L = 16/32/64 numbers."""
     mean, sd, seeds, params = length_summary(curves, metric)
+    fitted = fit_seeds(curves)
     rows = []
     for key in mean.index:
         task, proto, model = key
@@ -86,6 +98,8 @@ def length_table(
             "params": int(params[key]),
             "seeds": int(seeds[key]),
         }
+        if key in fitted.index:
+            row["fit"] = f"{fitted[key]}/{int(seeds[key])}"
         for length in TABLE_LENGTHS:
             m = mean.loc[key].get(length, math.nan)
             s = sd.loc[key].get(length, math.nan)
@@ -287,6 +301,18 @@ def findings(curves: pd.DataFrame) -> dict[str, str]:
         out[protocol] = (
             f"**Read from the curves ({protocol} protocol; whole-string accuracy, mean over "
             f"seeds; fits = at least {FIT} at the training length).**\n\n" + "\n".join(lines)
+        )
+    fitted = fit_seeds(curves)
+    if len(fitted):
+        runs = curves.drop_duplicates(["task", "protocol", "model", "seed"])
+        per_cell = runs.groupby(["task", "protocol", "model"])["seed"].nunique()
+        short = [f"{m} on {t} ({fitted[t, p, m]}/{per_cell[t, p, m]})"
+                 for (t, p, m) in fitted.index if fitted[t, p, m] < per_cell[t, p, m]]  # fmt: skip
+        out["fit"] = (
+            f"**Fit at the training length, seed by seed** (validation whole-string accuracy "
+            f"≥ {runs['stop_at_fit'].max():g} by the end of the budget): "
+            f"{len(fitted) - len(short)} of {len(fitted)} model × task cells fit on every seed"
+            + (f"; not on every seed: {', '.join(short)}." if short else ".")
         )
     table = length_table(curves, "all_acc", protocol="fixed")
     rows = []
