@@ -80,11 +80,21 @@ def _attention() -> str:
 
 def _ablations() -> str:
     from structattn_lite.studies.ablations import report
+    from structattn_lite.studies.ablations.experiment import COMMITTED
 
     results = report.load_results()
-    return f"**Ablations (notebook 04).** {report.findings(results)['summary']} " + (
+    text = f"**Ablations (notebook 04).** {report.findings(results)['summary']} " + (
         f"Grid: {report.grid_caption(results)}."
     )
+    paper_text = report.load_results(COMMITTED["paper_text"], missing_ok=True)
+    if paper_text is not None:
+        prose = report.table3_findings(paper_text).replace("**Read from the table.**\n\n", "")
+        text += (
+            "\n\n**Table 3 at the paper's size (notebook 04, the text's model).** "
+            + prose.replace("\n", " ")
+            + f" Grid: {report.grid_caption(paper_text)}."
+        )
+    return text
 
 
 def _length() -> str:

@@ -53,6 +53,41 @@ def test_committed_grid_covers_both_tables():
         ab.grid("huge")
 
 
+def test_paper_text_grid_is_the_gap_grid_once_per_loss(tmp_path, monkeypatch):
+    from structattn_lite.records import RunRecord, config_hash
+    from structattn_lite.studies.grokking import experiment as grokking
+
+    configs = ab.grid("paper_text")
+    gap = [r for r in grokking.grid("gap") if r.preset == "paper"]
+    focal = [c for c in configs if c.loss == "focal"]
+    assert [config_hash("csp", c) for c in focal] == [config_hash("csp", r) for r in gap]
+    ce = [c for c in configs if c.loss == "ce"]
+    assert [dataclasses.replace(c, loss="focal") for c in ce] == focal
+    assert {c.labels for c in configs} == {"sequence"} and {c.epochs for c in configs} == {300}
+    assert {(c.task, c.n) for c in configs} == {("parity", 5000), ("mod3", 5000), ("dyck1", 10000)}
+    cells = {tuple(sorted(ab.cell_of(dataclasses.asdict(c)).items())) for c in configs}
+    assert {dict(c)["table"] for c in cells} == {"3", "4"} and len(cells) == 6  # 3 tasks x 2 losses
+    history = pd.DataFrame(
+        {"test_seq_acc": [0.5, 1.0], "test_seq_f1": [0.0, 1.0], "test_acc": [0.6, 1.0]}
+    )
+    records = [
+        RunRecord("csp", config_hash("csp", c), dataclasses.asdict(c), history) for c in configs
+    ]
+    frame = ab.records_frame(records, "paper_text")
+    assert set(frame["d_model"]) == {64} and set(frame["n_layers"]) == {3}
+    assert set(frame["variant"]) == {"+norm"} and set(frame["val_fraction"]) == {0.1}
+    caption = ct.grid_caption(frame)
+    assert "100% validation accuracy" in caption and "sequence labels" in caption
+    assert "focal: focal loss (alpha 0.25 on class 1, 0.75 on class 0" in caption
+    monkeypatch.setattr(ab, "results_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match="grid must be one of"):
+        ab.export(records, grid="quick")
+    (path,) = ab.export(records, grid="paper_text")
+    assert path.name == ab.COMMITTED["paper_text"]
+    assert "cross-entropy" in ct.table3_findings(ct.load_results(path.name, root=tmp_path))
+    assert ct.load_results("missing.csv", root=tmp_path, missing_ok=True) is None
+
+
 def _fake_frame():
     rows = []
     for preset in ("paper", "code_switches"):

@@ -67,6 +67,17 @@ class CSPRun:
             build_csp_model(self, task.n_classes, task.vocab_size)
 
 
+def paper_setting_run(task: str, preset: str, seed: int, n: int | None = None, **changes) -> CSPRun:
+    """A run in the paper's setting: its string counts (5,000 / 5,000 / 10,000 unless ``n``),
+    an i.i.d. split, and one label per string for the text's model ("paper") but one per
+    prefix for the code's readings. The grokking and ablation grids share these runs."""
+    from structattn_lite.data.tasks import PAPER_N
+
+    labels = "sequence" if preset == "paper" else "prefix"
+    return CSPRun(task=task, preset=preset, seed=seed, n=n or PAPER_N[task], leaky=True,
+                  labels=labels, **changes)  # fmt: skip
+
+
 def build_data(cfg: CSPRun) -> StateTrackingData:
     return make_dataset(
         cfg.task,

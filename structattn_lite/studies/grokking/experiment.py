@@ -11,11 +11,10 @@ from typing import Any
 
 from structattn_lite import config
 from structattn_lite.config import results_dir
-from structattn_lite.data.tasks import PAPER_N
 from structattn_lite.records import RunRecord, export_histories, load_histories
 from structattn_lite.training.protocols import protocol_run
 from structattn_lite.training.seed_batching import run_csp_stacked as run_seeds
-from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun
+from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, paper_setting_run
 from structattn_lite.training.state_tracking import run_csp as run
 
 Config = CSPRun
@@ -114,18 +113,9 @@ def grid(name: str) -> list[CSPRun]:
                 legacy = {"val_fraction": 0.0} if spec.get("legacy") else {}
                 hold = None if spec.get("legacy") else spec.get("hold_perfect")
                 runs.append(
-                    CSPRun(
-                        task=task,
-                        preset=preset,
-                        seed=seed,
-                        n=spec["n"] or PAPER_N[task],
-                        leaky=True,
-                        epochs=spec["epochs"],
-                        hold_perfect=hold,
-                        labels="sequence" if preset == "paper" else "prefix",
-                        **legacy,
-                    )
-                )  # the text: one label per string; the code: one per prefix
+                    paper_setting_run(task, preset, seed, n=spec["n"], epochs=spec["epochs"],
+                                      hold_perfect=hold, **legacy)
+                )  # fmt: skip
     return runs
 
 
