@@ -31,7 +31,7 @@ lab: $(VENV)/.installed
 # the committed records only (works offline). Open http://127.0.0.1:$(DASHBOARD_PORT)/
 DASHBOARD_PORT ?= 8866
 dashboard: $(VENV)/.installed
-	$(BIN)/voila dashboards --no-browser --Voila.ip=127.0.0.1 --port=$(DASHBOARD_PORT) --strip_sources=True
+	$(BIN)/python -m structattn_lite.dashboard dashboards --no-browser --Voila.ip=127.0.0.1 --port=$(DASHBOARD_PORT) --strip_sources=True
 
 test: $(VENV)/.installed
 	$(BIN)/ruff check structattn_lite tests benchmarks

@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def pytest_configure(config):
     """nbmake executes the notebooks with nbclient in the test processes: keep Output
-    widgets from stalling them (see ``headless_output_widgets``)."""
-    from structattn_lite.notebook_runner import headless_output_widgets
+    widgets from stalling them (see ``defer_output_widget_echo``)."""
+    from structattn_lite.notebook_runner import defer_output_widget_echo
 
-    headless_output_widgets()
+    defer_output_widget_echo()

@@ -117,24 +117,37 @@ def export_html(notebook: Path, out_dir: Path | None = None) -> Path:
     return target
 
 
-def headless_output_widgets() -> None:
-    """Keep headless runs (nbclient: papermill, nbmake) from stalling on Output widgets.
+def defer_output_widget_echo() -> None:
+    """Keep nbclient (papermill, nbmake, Voila) from stalling on Output widgets.
 
     nbclient mimics a browser's Output widget: each output a cell writes into one is
     echoed back to the kernel as a comm message, sent on the shell socket while nbclient
-    awaits that cell's reply on the same socket. Now and then (about 1 run in 4 here) the
-    reply then goes unnoticed until the cell's timeout, and the run passes minutes late
-    (as in jupyter/nbclient#312). The echo only updates the kernel's copy of the widget;
-    the saved widget state, which the reports render, is kept by nbclient itself. So skip
-    the echo. Idempotent.
+    awaits that cell's reply on the same socket. Now and then the reply then goes
+    unnoticed until the cell's timeout (as in jupyter/nbclient#312): minutes late under
+    nbmake, and for good under papermill and Voila, which set no timeout. Here the echo
+    waits until the cell's reply is in, then goes out, so the kernel's copy of each widget
+    (which Voila's page reads back) still ends up with its outputs. Idempotent.
     """
+    from nbclient.client import NotebookClient
     from nbclient.output_widget import OutputWidget
 
-    OutputWidget.sync_state = _skip_kernel_echo
+    if getattr(OutputWidget, "_echo_deferred", False):
+        return
+    echo, execute_cell = OutputWidget.sync_state, NotebookClient.async_execute_cell
 
+    def sync_state_later(widget) -> None:
+        widget.executor.__dict__.setdefault("_pending_echoes", {})[widget.comm_id] = widget
 
-def _skip_kernel_echo(self) -> None:
-    """nbclient's ``OutputWidget.sync_state`` without the shell message (see above)."""
+    async def execute_cell_then_echo(client, *args, **kwargs):
+        try:
+            return await execute_cell(client, *args, **kwargs)
+        finally:
+            for widget in client.__dict__.pop("_pending_echoes", {}).values():
+                echo(widget)
+
+    OutputWidget.sync_state = sync_state_later
+    NotebookClient.async_execute_cell = execute_cell_then_echo
+    OutputWidget._echo_deferred = True
 
 
 def run_notebooks(
@@ -149,7 +162,7 @@ def run_notebooks(
 
     check_profile(profile)
     device = resolve_device(device)
-    headless_output_widgets()
+    defer_output_widget_echo()
     reports = Path(out_dir) if out_dir else repo_root() / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     written = []

@@ -160,7 +160,9 @@ def voila(folder: Path, tmp: Path):
     """Voila serving every notebook in ``folder`` without code cells; yields URL, token."""
     port, token = free_port(), secrets.token_hex(16)
     cmd = [
-        str(BIN / "voila"),
+        str(BIN / "python"),
+        "-m",
+        "structattn_lite.dashboard",  # Voila, as `make dashboard` starts it
         str(folder),
         "--no-browser",
         "--Voila.ip=127.0.0.1",

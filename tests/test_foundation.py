@@ -211,15 +211,16 @@ def test_length_scores_split_seen_and_unseen_positions():
     assert math.isnan(length_scores(pred, target, train_length=4)["unseen_acc"])
 
 
-def test_headless_runs_keep_output_widget_state_without_messaging_the_kernel():
+def test_output_widget_echo_waits_for_the_cell_and_still_reaches_the_kernel():
     from types import SimpleNamespace
 
+    from nbclient import NotebookClient
     from nbclient.output_widget import OutputWidget
-    from nbformat.v4 import new_output
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-    from structattn_lite.notebook_runner import headless_output_widgets
+    from structattn_lite.notebook_runner import defer_output_widget_echo
 
-    headless_output_widgets()
+    defer_output_widget_echo()
     sent = []
     client = SimpleNamespace(
         session=SimpleNamespace(msg=lambda *a, **k: {}),
@@ -230,6 +231,19 @@ def test_headless_runs_keep_output_widget_state_without_messaging_the_kernel():
     message = {"header": {"msg_type": "display_data"}, "parent_header": {},
                "content": {"data": {"text/plain": "a figure"}, "metadata": {}}}  # fmt: skip
     widget.output([], message, None, 0)
-    assert sent == []  # nothing sent on the shell socket while the cell's reply is awaited
+    assert sent == []  # nothing on the shell socket while the cell's reply is awaited
     saved = executor.widget_state["w"]["outputs"]  # what the HTML reports render
     assert saved == [new_output("display_data", data={"text/plain": "a figure"})]
+
+    # In a real kernel the echo arrives once the cell is done: the kernel's widget has it.
+    cells = ["import ipywidgets as W\nout = W.Output()\nwith out:\n    print('drawn')\nout",
+             "print(len(out.outputs))"]  # fmt: skip
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    assert nb.cells[1].outputs[0]["text"].strip() == "1"
+    assert "drawn" in str(nb.metadata["widgets"])  # the saved state the reports render
