@@ -41,9 +41,17 @@ def _grokking_gap() -> str:
         f"vs paper {r.gap_paper}, {r.verdict}; spike at the jump {r.spike_at_jump}"
         for r in table.itertuples()
     )
+    configs = [r.config for r in records]
+    n = ", ".join(f"{t} {n}" for t, n in dict.fromkeys((c["task"], c["n"]) for c in configs))
+    seeds = sorted({c["seed"] for c in configs})
+    grid = (
+        f"{len(records)} runs, seeds {seeds} per task and preset, up to "
+        f"{max(c['epochs'] for c in configs)} epochs, strings: {n}, "
+        f"stopped after {configs[0]['hold_perfect']} epochs at 100% validation accuracy"
+    )
     return (
         "**Grokking gap at the paper's sizes (notebook 03, grid `gap`; whole-string test "
-        f"accuracy, early stop on validation only).** {cells}."
+        f"accuracy, early stop on validation only).** {cells}. Grid: {grid}."
     )
 
 
