@@ -99,7 +99,7 @@ def _ablations() -> str:
         prose = report.table3_findings(paper_text).replace("**Read from the table.**\n\n", "")
         text += (
             "\n\n**Table 3 at the paper's size (notebook 04, the text's model).** "
-            + prose.replace("\n", " ")
+            + " ".join(prose.removeprefix("- ").replace("\n- ", " ").split())
             + f" Grid: {report.grid_caption(paper_text)}."
         )
     return text
