@@ -88,13 +88,13 @@ def _attention() -> str:
 
 def _ablations() -> str:
     from structattn_lite.studies.ablations import report
-    from structattn_lite.studies.ablations.experiment import COMMITTED
+    from structattn_lite.studies.ablations.experiment import COMMITTED_CSV
 
     results = report.load_results()
     text = f"**Ablations (notebook 04).** {report.findings(results)['summary']} " + (
         f"Grid: {report.grid_caption(results)}."
     )
-    paper_text = report.load_results(COMMITTED["paper_text"], missing_ok=True)
+    paper_text = report.load_results(COMMITTED_CSV["paper_text"], missing_ok=True)
     if paper_text is not None:
         prose = report.table3_findings(paper_text).replace("**Read from the table.**\n\n", "")
         text += (

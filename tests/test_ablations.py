@@ -83,7 +83,7 @@ def test_paper_text_grid_is_the_gap_grid_once_per_loss(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="grid must be one of"):
         ab.export(records, grid="quick")
     (path,) = ab.export(records, grid="paper_text")
-    assert path.name == ab.COMMITTED["paper_text"]
+    assert path.name == ab.COMMITTED_CSV["paper_text"]
     assert "cross-entropy" in ct.table3_findings(ct.load_results(path.name, root=tmp_path))
     assert ct.load_results("missing.csv", root=tmp_path, missing_ok=True) is None
 

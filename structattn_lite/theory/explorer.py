@@ -149,9 +149,8 @@ def support_explorer(n_max: int = 16):
     m = W.IntSlider(value=8, min=1, max=8, description="m")
     seed = W.BoundedIntText(value=0, min=0, max=2**31 - 1, description="seed")
     eps = W.FloatLogSlider(value=1e-2, base=10, min=-4, max=0, description="eps")
-    # An Image widget, not an Output widget: headless runners (nbclient, under papermill
-    # and nbmake) mimic an Output widget by messaging the kernel mid-cell, which can stall
-    # the run until the cell's timeout (jupyter/nbclient#312).
+    # An Image widget: the figure travels as PNG bytes in the widget's own state, so no
+    # output capture is involved (see notebook_runner.defer_output_widget_echo).
     verdict, picture = W.HTML(), W.Image(format="png")
     busy = [False]  # adjusting m's range fires its observer; draw once per change
 

@@ -191,6 +191,7 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
     rows = []
     for record in records:
         h, c = record.history, record.config
+        options = model_options(c)
         rows.append(
             {
                 **cell_of(c),
@@ -200,8 +201,8 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
                 "epochs_run": len(h),
                 "status": record.status,
                 "n": c["n"],
-                "d_model": model_options(c)["d_model"],
-                "n_layers": model_options(c)["n_layers"],
+                "d_model": options["d_model"],
+                "n_layers": options["n_layers"],
                 "labels": c["labels"],
                 "val_fraction": c.get("val_fraction", 0.0),
                 "hold_perfect": c["hold_perfect"],
@@ -275,16 +276,15 @@ def claim_verdict(a: tuple, b: tuple, level: float = 0.95) -> str:
     return "undecided"
 
 
-COMMITTED_CSV = "csp_ablations.csv"
-# grid -> its committed records (the other grids are not committed)
-COMMITTED = {"committed": COMMITTED_CSV, "paper_text": "csp_ablations_paper_text.csv"}
+# grid -> its committed records, as in the other studies (the other grids are not committed)
+COMMITTED_CSV = {"committed": "csp_ablations.csv", "paper_text": "csp_ablations_paper_text.csv"}
 
 
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """Write one row per run (cell, config columns, final metrics) to data/results."""
-    if grid not in COMMITTED:
-        raise ValueError(f"grid must be one of {sorted(COMMITTED)} to export, got {grid!r}")
-    path = results_dir() / COMMITTED[grid]
+    if grid not in COMMITTED_CSV:
+        raise ValueError(f"grid must be one of {sorted(COMMITTED_CSV)} to export, got {grid!r}")
+    path = results_dir() / COMMITTED_CSV[grid]
     path.parent.mkdir(parents=True, exist_ok=True)
     records_frame(records, grid).round(5).to_csv(path, index=False)
     return [path]

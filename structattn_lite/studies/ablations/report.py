@@ -16,6 +16,7 @@ import pandas as pd
 from structattn_lite.config import results_dir
 from structattn_lite.report import format_mean_sd
 from structattn_lite.studies.ablations.experiment import (
+    COMMITTED_CSV,
     METRIC,
     PAPER_TABLE3,
     PAPER_TABLE4,
@@ -24,7 +25,7 @@ from structattn_lite.studies.ablations.experiment import (
     verdict,
 )
 
-ABLATIONS_CSV = "csp_ablations.csv"
+ABLATIONS_CSV = COMMITTED_CSV["committed"]
 TASK_TITLES = {"parity": "parity (acc)", "mod3": "mod-3 (acc)", "dyck1": "parentheses (F1)"}
 
 

@@ -340,7 +340,8 @@ GRIDS = {
     },
     # committed: the fixed protocol at a budget where the training length is fit: every run
     # trains until its validation whole-string accuracy has held 0.999 for 3 epochs (at
-    # most 300 epochs, 6,600 steps; at 60, 16 of 27 models x tasks fit on every seed), 5 seeds. Its curves ship in data/results/length_generalization.csv.gz.
+    # most 300 epochs, 6,600 steps; at 60, 16 of 27 models x tasks fit on every seed),
+    # 5 seeds. Its curves ship in data/results/length_generalization.csv.gz.
     "committed": {
         "tasks": ("parity", "mod3", "dyck1"),
         "models": tuple(m for m in LENGTH_MODELS if m != "csp_authors_7d6c56a"),
