@@ -55,7 +55,8 @@ def analytic_attention_flops(
 ) -> int:
     """Forward matmul FLOPs of one attention module, term by term (2 per multiply-add).
 
-    Projections: 2 B N D^2 each (q, k, v, o for dot and separate q/k; z, v, o shared).
+    Projections: 2 B N D^2 each (q, k, v, o for dot and separate q/k; z, v, o shared;
+    on the metric kinds' fast path v and o run at the kernel's width, 2 B N D H w each).
     Fast path: forming M (matroidal (A l) A^T: 2 H d m d; dense L L^T: 2 H d^3), then
     M z per distinct side (2 B H N d^2). Reference path: u = U^T z
     per distinct side (2 B H N d r; r = m, or d for dense). Scores and weighted values:
@@ -75,6 +76,7 @@ def analytic_attention_flops(
     if path == "reference":
         return proj + sides * 2 * B * H * N * d * r + 2 * B * H * N * N * d
     w = d + 2 if width is None else width
+    proj += 2 * (2 * B * N * D * H * (w - d))  # v and o at the padded width
     form = 2 * H * d * d * (d if kind == "dense" else r)
     return proj + form + sides * 2 * B * H * N * d * d + 2 * (2 * B * H * N * N * w)
 
