@@ -74,15 +74,40 @@ def _attention() -> str:
     summary = report.load_summary()
     if summary is None:
         return "**Attention (notebook 02).** No committed grid yet."
-    main = report.measurement_table(summary, "main")
-    digits = report.measurement_table(summary, "digits")
-    cells = "; ".join(f"{r['variant']} {r['test bpc']}" for _, r in main.iterrows())
-    images = "; ".join(f"{r['variant']} {r['test acc']}" for _, r in digits.iterrows())
+
+    def cells(which: str, column: str = "test bpc") -> str:
+        table = report.measurement_table(summary, which)
+        return "; ".join(f"{r['variant']} {r[column]}" for _, r in table.iterrows()) or "no runs"
+
     low = report.low_data_verdict(summary).splitlines()[0]
     return (
         "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
-        f"interval over seeds).** {cells or 'no main runs'}. Digits (test accuracy): "
-        f"{images or 'no runs'}. {low} Grid: {report.grid_caption(summary)}."
+        f"interval over seeds).** {cells('main')}. Under bfloat16 autocast: "
+        f"{cells('stability')}. Digits (test accuracy): {cells('digits', 'test acc')}. "
+        f"{low} Grid: {report.grid_caption(summary)}."
+    )
+
+
+def _attention_long() -> str:
+    from structattn_lite.studies.attention import report
+    from structattn_lite.studies.attention.grids import RECIPE_TARGET_BPC
+
+    summary = report.load_summary("long")
+    if summary is None:
+        return "**Attention at a longer budget (notebook 02, grid `long`).** Not committed yet."
+    main = report.measurement_table(summary, "main")
+    cells = "; ".join(f"{r['variant']} {r['test bpc']}" for _, r in main.iterrows())
+    budget = report.budget_table(report.load_committed_histories("long"))
+    reached = [
+        f"seed {r['seed']}: step {r[f'step at <= {RECIPE_TARGET_BPC} val bpc']} after {r['core-minutes then']} core-minutes"
+        if r["core-minutes then"] != "" else f"seed {r['seed']}: not reached"
+        for _, r in budget[budget["variant"] == "dot"].iterrows()
+    ]  # fmt: skip
+    return (
+        "**Attention at a longer budget (notebook 02, grid `long`; test bits per character).** "
+        f"{cells}. Dot product at or below {RECIPE_TARGET_BPC} validation bpc (the recipe's "
+        f"target on these machines): {'; '.join(reached) or 'no dot run'}. "
+        f"Grid: {report.grid_caption(summary)}."
     )
 
 
@@ -152,7 +177,15 @@ def _authors() -> str:
 
 def render() -> str:
     """The findings section, from the committed tables."""
-    parts = [_attention(), _grokking(), _paper_era(), _grokking_gap(), _ablations(), _length()]
+    parts = [
+        _attention(),
+        _attention_long(),
+        _grokking(),
+        _paper_era(),
+        _grokking_gap(),
+        _ablations(),
+        _length(),
+    ]
     return "\n\n".join([*parts, _authors()])
 
 

@@ -10,13 +10,15 @@ import pandas as pd
 import pytest
 import torch
 
+from structattn_lite.config import PROFILES
 from structattn_lite.data import FALLBACK_LABEL, fallback_corpus, load_corpus, ptb_available
-from structattn_lite.records import RunStore
+from structattn_lite.records import RunRecord, RunStore
 from structattn_lite.studies.attention import experiment as st
 from structattn_lite.studies.attention import grids
 from structattn_lite.studies.attention.floors import ngram_bpc, ngram_floors
 from structattn_lite.studies.attention.recipe import Recipe, lr_at
 from structattn_lite.studies.attention.report import (
+    budget_table,
     difference,
     fraction_table,
     grid_caption,
@@ -167,8 +169,8 @@ def test_grids_have_every_part_and_fair_tuning(tmp_path):
     for name in grids.GRIDS:
         configs = grids.variant_configs(name, st.Config, "ptb")
         parts = {grids.part(c) for c in configs}
-        assert {"main", "digits"} <= parts and len(configs) == len(set(map(st.Config.__hash__,
-                                                                             configs)))  # fmt: skip
+        assert "main" in parts and len(configs) == len(set(map(st.Config.__hash__, configs)))
+        assert "digits" in parts or name not in PROFILES
     committed = grids.variant_configs("committed", st.Config, "ptb")
     assert {grids.part(c) for c in committed} == {"main", "low data", "stability", "digits"}
     # The committed grid tunes each variant on validation over its shorter tune_recipe and
@@ -182,7 +184,8 @@ def test_grids_have_every_part_and_fair_tuning(tmp_path):
         spec["recipe"]["max_steps"]
     }
     assert not any(c.read_test for c in tuning) and all(c.read_test for c in final)
-    assert {c.seed for c in final if grids.part(c) == "stability"} == set(spec["bf16_seeds"])
+    for secondary in ("stability", "low data"):  # every part on the grid's seeds
+        assert {c.seed for c in final if grids.part(c) == secondary} == set(spec["seeds"])
     labels = {st.variant_label(c) for c in committed}
     assert {
         "matroidal m=1d",
@@ -199,6 +202,46 @@ def test_grids_have_every_part_and_fair_tuning(tmp_path):
     lrs = {st.variant_key(c): 1e-3 for c in tuning}
     final = st.final_grid("quick", lrs)
     assert all(c.read_test and c.recipe.lr == 1e-3 for c in final)
+
+
+def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_path):
+    # No tuning of its own: the committed grid's validation runs choose its rates, so a
+    # store holding them yields the long grid's final runs at those rates, test read once.
+    assert st.tuning_grid("long") == st.tuning_grid("committed")
+    store = RunStore(tmp_path)
+    assert st.grid("long", store=store) == st.tuning_grid("committed")  # nothing tuned yet
+    lrs = {st.variant_key(c): 1e-3 * (i + 1) for i, c in enumerate(st.tuning_grid("committed"))}
+    final = st.final_grid("long", lrs)
+    spec = grids.GRIDS["long"]
+    assert {grids.part(c) for c in final} == {"main"} and len(final) == len(spec["main"])
+    assert all(c.read_test and c.recipe.lr == lrs[st.variant_key(c)] for c in final)
+    assert {c.recipe.max_steps for c in final} == {spec["recipe"]["max_steps"]}
+    with pytest.raises(ValueError, match=r"grid='nope' is not allowed; choose one of"):
+        st.tuning_grid("nope")
+    with pytest.raises(ValueError, match=r"grid='quick' is not allowed; choose one of"):
+        st.export([], grid="quick")
+
+
+def test_budget_table_reads_when_each_run_first_reached_the_target():
+    def record(val_bpc, read_test=True):
+        history = pd.DataFrame({"step": [100, 200, 300, 400], "val_bpc": val_bpc,
+                                "cpu_seconds": [60.0, 120.0, 180.0, 240.0]})  # fmt: skip
+        config = {"read_test": read_test, "seed": 3, "kind": "dot"}
+        return RunRecord("attention", "k", config, history, extra={"variant": "dot"})
+
+    table = budget_table(
+        [record([3.0, 1.8, 1.7, 1.72]), record([3.0, 2.9, 2.8, 2.76]), record([1.0] * 4, False)],
+        target=1.75,
+    )
+    assert len(table) == 2  # the tuning run (test never read) is left out
+    first, never = table.iloc[0], table.iloc[1]
+    assert first["step at <= 1.75 val bpc"] == 300 and first["core-minutes then"] == 3.0
+    assert (first["best val bpc"], first["at step"], first["core-minutes in all"]) == (
+        1.7,
+        300,
+        4.0,
+    )
+    assert never["step at <= 1.75 val bpc"] == "not reached" and never["best val bpc"] == 2.76
 
 
 def test_intervals_and_differences():
@@ -236,6 +279,8 @@ def test_export_writes_a_summary_the_tables_can_read(tmp_path, monkeypatch):
             for k in ("dot", "matroidal")]  # fmt: skip
     paths = st.export(recs)
     assert [p.name for p in paths] == ["attention_runs.csv", "attention_histories.csv.gz"]
+    long = [p.name for p in st.export(recs, grid="long")]
+    assert long == ["attention_long_runs.csv", "attention_long_histories.csv.gz"]
     back = pd.read_csv(paths[0])
     assert len(back) == 2 and len(measurement_table(back)) == 2
     # The committed summary alone renders the grid caption and the pruning table.

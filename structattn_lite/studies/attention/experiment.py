@@ -37,7 +37,7 @@ from structattn_lite.models.attention_checks import (
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
 from structattn_lite.records import RunRecord, config_dict, config_hash
-from structattn_lite.studies.attention.grids import GRIDS, variant_configs
+from structattn_lite.studies.attention.grids import COMMITTED_CSV, GRIDS, variant_configs
 from structattn_lite.studies.attention.recipe import Recipe, train
 from structattn_lite.theory import SUPPORT_RULES
 
@@ -279,8 +279,11 @@ def resolve_dataset(root=None) -> str:
 
 
 def tuning_grid(name: str) -> list[Config]:
-    """One seed of every variant at every rate of the grid's ``lrs`` (validation only)."""
-    spec = GRIDS[cfgmod.check_grid(name)]
+    """One seed of every variant at every rate of the grid's ``lrs`` (validation only);
+    a grid with ``rates_from`` reuses that grid's tuning runs instead."""
+    spec = GRIDS[cfgmod.check_choice("grid", name, GRIDS)]
+    if "rates_from" in spec:
+        return tuning_grid(spec["rates_from"])
     return [with_recipe(c, lr=lr) for c in _tuned_variants(name) for lr in spec["lrs"]]
 
 
@@ -326,13 +329,14 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
     return tuned + sweep(EXPERIMENT, finals, progress=progress, **sweep_options)
 
 
-def export(records: list[RunRecord]) -> list[Path]:
+def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """The committed compact results: one CSV row per run (summary) and the histories."""
     from structattn_lite.records import export_histories
     from structattn_lite.studies.attention.report import summarize
 
+    runs_name, histories_name = COMMITTED_CSV[cfgmod.check_choice("grid", grid, COMMITTED_CSV)]
     out = cfgmod.results_dir()
     out.mkdir(parents=True, exist_ok=True)
-    summary = out / "attention_runs.csv"
+    summary = out / runs_name
     summarize(records).to_csv(summary, index=False, float_format="%.6g")
-    return [summary, export_histories(records, out / "attention_histories.csv.gz")]
+    return [summary, export_histories(records, out / histories_name)]

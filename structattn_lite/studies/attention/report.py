@@ -15,7 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from structattn_lite.records import RunRecord
-from structattn_lite.studies.attention.grids import part
+from structattn_lite.studies.attention.grids import COMMITTED_CSV, RECIPE_TARGET_BPC, part
 
 PARAM_KEYS = ("params_total", "params_attention", "params_metric")
 FLOP_KEYS = ("flops_fast", "flops_reference", "flops_analytic", "flops_pairwise")
@@ -60,12 +60,43 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def load_summary(path=None) -> pd.DataFrame | None:
-    """The committed summary (``data/results/attention_runs.csv``), or None if absent."""
-    from structattn_lite.config import results_dir
+def load_summary(grid: str = "committed") -> pd.DataFrame | None:
+    """A committed grid's summary (``data/results/attention_runs.csv`` for ``committed``),
+    or None if it is not there."""
+    from structattn_lite.config import check_choice, results_dir
 
-    path = path or results_dir() / "attention_runs.csv"
+    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)][0]
     return pd.read_csv(path) if path.exists() else None
+
+
+def load_committed_histories(grid: str = "committed") -> list[RunRecord]:
+    """A committed grid's learning curves as records (empty if not there)."""
+    from structattn_lite.config import check_choice, results_dir
+    from structattn_lite.records import load_histories
+
+    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)][1]
+    return load_histories(path) if path.exists() else []
+
+
+def budget_table(records: list[RunRecord], target: float = RECIPE_TARGET_BPC) -> pd.DataFrame:
+    """Per final language-model run: the first evaluation at or below ``target``
+    validation bpc (step and core-minutes of training then), and the best it reached."""
+    rows = []
+    for r in records:
+        h, c = r.history, r.config
+        if not c.get("read_test") or "val_bpc" not in h or h["val_bpc"].isna().all():
+            continue
+        below = h[h["val_bpc"] <= target]
+        first = below.iloc[0] if len(below) else None
+        best = h.loc[h["val_bpc"].idxmin()]
+        rows.append({
+            "variant": r.extra.get("variant", c["kind"]), "seed": c["seed"],
+            f"step at <= {target} val bpc": int(first["step"]) if first is not None else "not reached",
+            "core-minutes then": round(first["cpu_seconds"] / 60, 1) if first is not None else "",
+            "best val bpc": round(float(best["val_bpc"]), 3), "at step": int(best["step"]),
+            "steps": int(h["step"].max()), "core-minutes in all": round(h["cpu_seconds"].max() / 60, 1),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def grid_caption(summary: pd.DataFrame) -> str:
