@@ -83,7 +83,8 @@ def _attention() -> str:
     return (
         "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
         f"interval over seeds).** {cells('main')}. Under bfloat16 autocast: "
-        f"{cells('stability')}. Digits (test accuracy): {cells('digits', 'test acc')}. "
+        f"{cells('stability')}. {report.precision_verdict(summary)}. "
+        f"Digits (test accuracy): {cells('digits', 'test acc')}. "
         f"{low} Grid: {report.grid_caption(summary)}."
     )
 

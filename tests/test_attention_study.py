@@ -25,6 +25,7 @@ from structattn_lite.studies.attention.report import (
     interval,
     low_data_verdict,
     measurement_table,
+    precision_verdict,
     pruning_table,
     summarize,
     tuning_table,
@@ -250,6 +251,23 @@ def test_intervals_and_differences():
     assert text == f"2.000 ± {4.303 / math.sqrt(3):.3f} (n=3, 95% t)"
     d, lo, hi, n = difference([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
     assert d == pytest.approx(1.0) and lo > 0.5 and hi < 1.5 and n == 3
+
+
+def test_precision_verdict_compares_each_variant_with_its_float32_runs():
+    def runs(variant, precision, values):
+        return pd.DataFrame({"variant": variant, "precision": precision, "test_bpc": values,
+                             "part": "stability" if precision == "bfloat16" else "main",
+                             "fraction": 1.0, "tuning": False})  # fmt: skip
+
+    summary = pd.concat([
+        runs("dot", "float32", [2.00, 2.01, 1.99]), runs("dot", "bfloat16", [2.01, 1.99, 2.00]),
+        runs("dense", "float32", [2.40, 2.41, 2.39]), runs("dense", "bfloat16", [2.6, 2.61, 2.59]),
+        runs("dot", "float32", [9.0]).assign(fraction=0.01, part="low data"),  # not compared
+    ])  # fmt: skip
+    verdict = precision_verdict(summary)
+    assert "dot +0.000 [" in verdict and "(n=3): no difference shown" in verdict
+    assert "dense +0.200 [+0.1" in verdict and verdict.endswith("(n=3): worse")
+    assert precision_verdict(summary[summary["precision"] == "float32"]).startswith("No bfloat16")
 
 
 def test_tables_and_verdict_from_records():

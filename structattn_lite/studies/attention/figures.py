@@ -68,6 +68,8 @@ def plot_learning_curves(
             ax.axhline(value, color="grey", ls=":", lw=0.8)
             ax.text(ax.get_xlim()[0], value, f" {name}", fontsize=6, va="bottom", color="grey")
         ax.set(title=v, xlabel="training step", ylabel=what.get(metric, metric))
+        if ax is not axes[0]:  # one scale for every variant, so panels compare by eye
+            ax.sharey(axes[0])
     diff_ax = axes[len(variants)]
     if "dot" in variants:
         for v in variants:
@@ -77,7 +79,9 @@ def plot_learning_curves(
         diff_ax.axhline(0, color="black", lw=0.8)
         diff_ax.set(title="difference to dot\n(mean over seeds)", xlabel="training step",
                     ylabel="variant minus dot (below 0: better)")  # fmt: skip
-        diff_ax.legend(fontsize=6)
+        # beside the figure, not over the curves: the gaps move from panel to panel
+        fig.legend(*diff_ax.get_legend_handles_labels(), loc="outside lower center",
+                   ncols=3, fontsize=7, title="difference to dot:", title_fontsize=7)  # fmt: skip
     for ax in axes[len(variants) + 1 :]:
         ax.set_axis_off()
     return fig

@@ -120,7 +120,7 @@ def grid_caption(summary: pd.DataFrame) -> str:
         if len(lm)
         else "no language-model runs"
     )
-    tun = summary[summary["tuning"].astype(bool)]
+    tun = summary[summary["tuning"].astype(bool) & summary["dataset"].isin(fin["dataset"])]
     rates = "/".join(f"{v:g}" for v in sorted(tun["lr"].unique()))
     steps = {
         what: "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
@@ -290,6 +290,27 @@ def low_data_verdict(summary: pd.DataFrame, structured: str = "matroidal m=2d") 
         f"{verdicts['dot']}."
     )
     return head + "\n" + "\n".join(lines)
+
+
+def precision_verdict(summary: pd.DataFrame) -> str:
+    """What bfloat16 autocast costs each variant of the stability part: its test bpc
+    minus the same variant's float32 runs in the main part (95% Welch t over seeds)."""
+    sub = finals(summary)
+    sub = sub[sub["part"].isin(["main", "stability"]) & (sub["fraction"] == 1.0)]
+    lines = []
+    for variant in sub[sub["precision"] == "bfloat16"]["variant"].unique():
+        runs = sub[sub["variant"] == variant]
+        d, lo, hi, n = difference(runs[runs["precision"] == "float32"]["test_bpc"],
+                                  runs[runs["precision"] == "bfloat16"]["test_bpc"])  # fmt: skip
+        if math.isnan(lo):
+            lines.append(f"{variant} {d:+.3f} (n={n}, no interval)")
+            continue
+        word = "worse" if lo > 0 else "better" if hi < 0 else "no difference shown"
+        lines.append(f"{variant} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n}): {word}")
+    if not lines:
+        return "No bfloat16 runs: the stability part was not run."
+    return ("bfloat16 autocast minus float32, test bpc (95% Welch t over seeds; positive: "
+            "bfloat16 worse): " + "; ".join(lines))  # fmt: skip
 
 
 def _edge_verdict(low, full) -> str:
