@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from structattn_lite.models import attention as attn
+from structattn_lite.models import metric_attention
 from structattn_lite.models.attention import build_attention
 
 D_MODEL, HEADS = 32, 2  # d_head = 16
@@ -83,7 +83,7 @@ def test_separate_qk_matroidal_at_the_largest_scale():
 
 def test_without_the_row_sum_correction_the_shared_fast_path_fails(monkeypatch):
     """The check above can fail: a fused kernel's residual on one-hot rows is visible."""
-    monkeypatch.setattr(attn._RowSumZero, "apply", lambda q, k, probe: (q, k))
+    monkeypatch.setattr(metric_attention._RowSumZero, "apply", lambda q, k, probe: (q, k))
     torch.manual_seed(1)
     worst, _, _ = _worst_excess(_module("dense", {}, 0.05), torch.randn(3, 20, D_MODEL))
     assert worst > 10

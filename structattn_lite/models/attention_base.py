@@ -1,0 +1,164 @@
+"""The contract every attention kind keeps, and the dot-product baseline.
+
+An ``Attention`` maps [B, N, d_model] -> [B, N, d_model] by one of two exact paths:
+``path="reference"`` forms the logits explicitly (for inspection, audits and small N),
+``path="fast"`` runs the fused kernel that trains. Both share the value and output
+projections, the head split and the causal mask; training-mode fast calls count what
+the kernel saw into ``stats`` (``FastPathStats``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from structattn_lite.config import check_choice, check_int
+
+PATHS = ("fast", "reference")
+
+
+@dataclass
+class FastPathStats:
+    """What the training path saw: counts over training-mode forward calls only.
+
+    calls: training forward calls; checked_calls / rows: forward calls inspected and the softmax rows in them (rows with
+    a single visible key are left out); nonfinite: NaN/Inf entries among the kernel's
+    inputs (q~, k~) and its output; saturated_rows: rows whose largest probability is 1
+    to the working precision (every other weight below its epsilon), so no gradient
+    flows through their scores; max_abs_logit: the largest |logit| the kernel formed;
+    fallbacks: calls the metric kinds folded in float64 (see logit_bound).
+    """
+
+    calls: int = 0
+    checked_calls: int = 0
+    rows: int = 0
+    nonfinite: int = 0
+    saturated_rows: int = 0
+    max_abs_logit: float = 0.0
+    fallbacks: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class Attention(nn.Module):
+    """Shared parts: value/output projections, head split, causal mask, the two paths.
+
+    ``keep_logits = True`` stores the last reference logits ([B, H, N, N], masked
+    entries -inf) in ``last_logits`` for plots. ``check_every = k`` (0: never) makes
+    every k-th fast forward call count failures into ``stats`` from the q, k it uses.
+    """
+
+    kind = "base"
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool = True):
+        super().__init__()
+        d_model = check_int("d_model", d_model, minimum=1)
+        n_heads = check_int("n_heads", n_heads, minimum=1)
+        if d_model % n_heads:
+            divisors = [h for h in range(1, d_model + 1) if d_model % h == 0]
+            raise ValueError(
+                f"d_model={d_model} must be divisible by n_heads={n_heads}; "
+                f"n_heads that divide it: {divisors}"
+            )
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.causal = bool(causal)
+        self.w_v = nn.Linear(d_model, d_model, bias=False)
+        self.w_o = nn.Linear(d_model, d_model, bias=False)
+        self.path = "fast"
+        self.keep_logits = False
+        self.last_logits: torch.Tensor | None = None
+        self.check_every = 0
+        self.stats = FastPathStats()
+
+    def split(self, t: torch.Tensor) -> torch.Tensor:
+        B, N, _ = t.shape
+        return t.view(B, N, self.n_heads, self.d_head).transpose(1, 2)
+
+    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """Causal -inf above the diagonal (a no-op when not causal)."""
+        if not self.causal:
+            return logits
+        n_q, n_k = logits.shape[-2:]
+        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=logits.device).tril()
+        return logits.masked_fill(~keep, float("-inf"))
+
+    def reference_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Unmasked logits [B, H, N, N] by the explicit (reference) formula."""
+        raise NotImplementedError
+
+    def fast(self, x: torch.Tensor) -> torch.Tensor:
+        """The module's output by the fused kernel, [B, N, d_model]."""
+        raise NotImplementedError
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        """[B, H, N, d] -> [B, N, H d]."""
+        B, _, N, _ = y.shape
+        return y.transpose(1, 2).reshape(B, N, self.d_model)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.mask(self.reference_logits(x))
+        if self.keep_logits:
+            self.last_logits = logits.detach()
+        v = self.split(self.w_v(x))
+        return self.merge(logits.softmax(-1).to(v.dtype) @ v)
+
+    def forward(self, x: torch.Tensor, path: str | None = None) -> torch.Tensor:
+        path = check_choice("path", path or self.path, PATHS)
+        if path == "fast":
+            self.stats.calls += self.training
+            return self.fast(x)
+        return self.w_o(self.reference(x))
+
+    def metric_parameters(self) -> list[nn.Parameter]:
+        """Parameters that define the similarity beyond the projections."""
+        return []
+
+    def checking(self) -> bool:
+        """Whether this (training) call counts failures: every check_every-th one."""
+        every = self.check_every
+        return self.training and every > 0 and (self.stats.calls - 1) % every == 0
+
+    @torch.no_grad()
+    def count(self, q: torch.Tensor, k: torch.Tensor, scale: float, y: torch.Tensor) -> None:
+        """Failure counts from the q, k the kernel used (same dtype, e.g. under autocast)."""
+        logits = self.mask((q @ k.transpose(-1, -2)) * scale)
+        visible = torch.isfinite(self.mask(torch.zeros_like(logits[0, 0]))).sum(-1) > 1
+        row_max = logits.amax(-1, keepdim=True)
+        rest = torch.exp((logits - row_max).float()).sum(-1) - 1  # mass beside the maximum
+        eps = torch.finfo(q.dtype).eps
+        s = self.stats
+        s.checked_calls += 1
+        s.rows += int(visible.sum()) * logits.shape[0] * logits.shape[1]
+        s.nonfinite += int((~torch.isfinite(q)).sum() + (~torch.isfinite(k)).sum())
+        s.nonfinite += int((~torch.isfinite(y)).sum())
+        s.saturated_rows += int(((rest < eps) & visible).sum())
+        finite = logits[torch.isfinite(logits)]
+        if finite.numel():
+            s.max_abs_logit = max(s.max_abs_logit, float(finite.abs().max()))
+
+
+class DotAttention(Attention):
+    """Standard scaled dot-product attention with separate W_q, W_k."""
+
+    kind = "dot"
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool = True):
+        super().__init__(d_model, n_heads, causal)
+        self.w_q = nn.Linear(d_model, d_model, bias=False)
+        self.w_k = nn.Linear(d_model, d_model, bias=False)
+
+    def reference_logits(self, x: torch.Tensor) -> torch.Tensor:
+        q, k = self.split(self.w_q(x)), self.split(self.w_k(x))
+        return q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+
+    def fast(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (self.split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        if self.checking():
+            self.count(q, k, 1 / math.sqrt(self.d_head), y)
+        return self.w_o(self.merge(y))

@@ -1,0 +1,126 @@
+"""What the length study runs: its models (display name -> model and preset), their
+sizes, and its grids, from the tests' smoke grid to the paper profile."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from structattn_lite.training.trainer import OptimConfig
+
+PROTOCOLS = ("fixed", "variable")
+
+# Display name -> (model, preset). "csp_paper" is the text's reading; "csp_code_switches"
+# the text's block with the code's cumulative angle and decay gates; "csp_authors" the
+# authors' model exactly as in the revision behind their README's CSP-Vanilla parity row.
+LENGTH_MODELS = {
+    "csp_paper": ("csp", "paper"),
+    "csp_code_switches": ("csp", "code_switches"),
+    "csp_authors": ("csp", "authors_3bb9f71"),
+    "csp_authors_7d6c56a": ("csp", "authors_7d6c56a"),  # their README's mod-3 and Dyck-1 rows
+    "lstm": ("lstm", None),
+    "gru": ("gru", None),
+    "transformer": ("transformer", None),
+    "diag_rnn": ("diag_rnn", None),
+    "diag_rnn_neg": ("diag_rnn_neg", None),
+    "complex_rnn": ("complex_rnn", None),
+}
+
+# Per-model sizes near CSP's (d=32, 2 layers: ~7-9k parameters) for the length grids.
+MODEL_SIZES = {
+    "csp_paper": {"d_model": 32, "n_layers": 2},
+    "csp_code_switches": {"d_model": 32, "n_layers": 2},
+    "csp_authors": {"d_model": 32, "n_layers": 3},  # the authors' hidden 32, 3 layers
+    "csp_authors_7d6c56a": {"d_model": 32, "n_layers": 3},
+    "lstm": {"d_model": 32, "n_layers": 1},
+    "gru": {"d_model": 32, "n_layers": 1},
+    "transformer": {"d_model": 32, "n_layers": 1},
+    "diag_rnn": {"d_model": 24, "n_layers": 2},
+    "diag_rnn_neg": {"d_model": 24, "n_layers": 2},
+    "complex_rnn": {"d_model": 20, "n_layers": 2},
+}
+GRIDS = {
+    "smoke": {
+        "tasks": ("parity",),
+        "models": ("lstm", "csp_authors"),
+        "protocols": ("fixed",),
+        "seeds": (0,),
+        "epochs": 2,
+        "n": 300,
+        "max_eval_length": 64,
+        "n_eval": 32,
+    },
+    "quick": {
+        "tasks": ("parity",),
+        "models": ("lstm", "csp_authors", "diag_rnn_neg"),
+        "protocols": ("fixed",),
+        "seeds": (0,),
+        "epochs": 8,
+        "n": 2000,
+        "max_eval_length": 256,
+        "n_eval": 100,
+    },
+    # committed: the fixed protocol at a budget where the training length is fit: every run
+    # trains until its validation whole-string accuracy has held 0.999 for 3 epochs (at
+    # most 300 epochs, 6,600 steps; at 60, 16 of 27 models x tasks fit on every seed),
+    # 5 seeds. Its curves ship in data/results/length_generalization.csv.gz.
+    "committed": {
+        "tasks": ("parity", "mod3", "dyck1"),
+        "models": tuple(m for m in LENGTH_MODELS if m != "csp_authors_7d6c56a"),
+        "protocols": ("fixed",),
+        "seeds": tuple(range(5)),
+        "epochs": 300,
+        "n": 2000,
+        "max_eval_length": 256,
+        "n_eval": 200,
+        "run": {"stop_at_fit": 0.999},
+    },
+    # authors: the authors' README table, their model (the revision behind each row) and
+    # their protocol: 10,000 i.i.d. strings split 80/20 at random, cross-entropy averaged
+    # over every position, Adam 1e-4 with weight decay 1e-7, cosine to 1e-6 over 300
+    # epochs, clipping at 1.0, batch 64, seeds 0-4; scored on 4,000 fresh strings per
+    # length up to 64 (for a GPU or a cluster: 15 runs of 37,500 steps).
+    "authors": {
+        "tasks": ("parity", "mod3_authors", "dyck1_authors"),
+        "models": {
+            "parity": ("csp_authors",),
+            "mod3_authors": ("csp_authors_7d6c56a",),
+            "dyck1_authors": ("csp_authors_7d6c56a",),
+        },
+        "protocols": ("fixed",),
+        "seeds": tuple(range(5)),
+        "epochs": 300,
+        "n": 10_000,
+        "max_eval_length": 64,
+        "n_eval": 4000,
+        "run": {
+            "split": "random",
+            "val_fraction": 0.0,
+            "loss": "ce_all_positions",
+            "optim": OptimConfig(
+                lr=1e-4, weight_decay=1e-7, schedule="cosine", t_max=300, eta_min=1e-6, clip=1.0
+            ),
+        },
+    },
+    "paper": {
+        "tasks": ("parity", "mod3", "dyck1"),
+        "models": tuple(LENGTH_MODELS),
+        "protocols": PROTOCOLS,
+        "seeds": tuple(range(5)),
+        "epochs": 100,
+        "n": 5000,
+        "max_eval_length": 256,
+        "n_eval": 500,
+    },
+}
+
+
+# authors_short: the authors' grid at a fifth of the epochs (60, the cosine over those 60),
+# the budget two shared CPU cores afford; its curves ship in data/results/length_authors_short.csv.gz.
+GRIDS["authors_short"] = {
+    **GRIDS["authors"],
+    "epochs": 60,
+    "run": {
+        **GRIDS["authors"]["run"],
+        "optim": dataclasses.replace(GRIDS["authors"]["run"]["optim"], t_max=60),
+    },
+}
