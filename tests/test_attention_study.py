@@ -20,6 +20,7 @@ from structattn_lite.studies.attention.recipe import Recipe, lr_at
 from structattn_lite.studies.attention.report import (
     budget_table,
     difference,
+    findings,
     fraction_table,
     grid_caption,
     interval,
@@ -214,7 +215,9 @@ def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_pa
     lrs = {st.variant_key(c): 1e-3 * (i + 1) for i, c in enumerate(st.tuning_grid("committed"))}
     final = st.final_grid("long", lrs)
     spec = grids.GRIDS["long"]
-    assert {grids.part(c) for c in final} == {"main"} and len(final) == len(spec["main"])
+    assert {grids.part(c) for c in final} == {"main"}
+    assert len(final) == len(spec["main"]) * len(spec["seeds"])
+    assert sorted({c.seed for c in final}) == list(spec["seeds"])
     assert all(c.read_test and c.recipe.lr == lrs[st.variant_key(c)] for c in final)
     assert {c.recipe.max_steps for c in final} == {spec["recipe"]["max_steps"]}
     with pytest.raises(ValueError, match=r"grid='nope' is not allowed; choose one of"):
@@ -268,6 +271,21 @@ def test_precision_verdict_compares_each_variant_with_its_float32_runs():
     assert "dot +0.000 [" in verdict and "(n=3): no difference shown" in verdict
     assert "dense +0.200 [+0.1" in verdict and verdict.endswith("(n=3): worse")
     assert precision_verdict(summary[summary["precision"] == "float32"]).startswith("No bfloat16")
+
+
+def test_findings_compare_each_matroidal_form_with_dot():
+    rows = {"dot": [1.60, 1.62, 1.58], "matroidal m=2d (sep q/k)": [1.70, 1.72, 1.68],
+            "matroidal m=2d": [1.74, 1.73, 1.75]}  # fmt: skip
+    summary = pd.DataFrame([
+        {"variant": v, "test_bpc": x, "part": "main", "tuning": False, "fast_rows": 10,
+         "fast_saturated_rows": 0, "fast_nonfinite": 0, "fast_fallbacks": 0}
+        for v, xs in rows.items() for x in xs
+    ])  # fmt: skip
+    lines = findings(summary).splitlines()
+    assert lines[0] == "lowest test bpc: dot (1.600, n=3)"
+    sep = next(x for x in lines if x.startswith("matroidal (separate q/k) vs dot"))
+    assert sep.startswith("matroidal (separate q/k) vs dot: -0.100 bpc, 95% Welch t [-0.1")
+    assert any(x.startswith("matroidal (shared z) vs dot: -0.140 bpc") for x in lines)
 
 
 def test_tables_and_verdict_from_records():

@@ -68,9 +68,9 @@ GRIDS: dict[str, dict[str, Any]] = {
     # long: the main contrasts at a budget where dot passes 1.75 validation bpc, about
     # 30 core-minutes a run here (8,000 steps, about 6.5 passes over the text). No
     # tuning of its own: each variant keeps the rate the committed grid chose for it on
-    # validation (``rates_from``), which is what the cores allowed.
+    # validation (``rates_from``); three seeds are what the cores allowed.
     "long": {
-        "seeds": (0,), "rates_from": "committed", "fractions": (), "bf16": (), "digits": (),
+        "seeds": (0, 1, 2), "rates_from": "committed", "fractions": (), "bf16": (), "digits": (),
         "main": (("dot", None, True), ("matroidal", 2, False), ("matroidal", 2, True)),
         "model": _LM, "recipe": {"max_steps": 8000, "warmup_steps": 200, "eval_every": 500},
         "evals": (256, 2000), "prune_finetune_steps": 50,

@@ -339,6 +339,7 @@ def findings(summary: pd.DataFrame) -> str:
         ("matroidal m=2d (sep q/k)", "matroidal m=2d", "separate q/k vs shared z (matroidal)"),
         ("dense (sep q/k)", "dense", "separate q/k vs shared z (dense)"),
         ("matroidal m=2d", "dot", "matroidal (shared z) vs dot"),
+        ("matroidal m=2d (sep q/k)", "dot", "matroidal (separate q/k) vs dot"),
     ]:
         if a in mean.index and b in mean.index:
             d, lo, hi, k = difference(main[main["variant"] == a]["test_bpc"],
