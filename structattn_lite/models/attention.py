@@ -17,18 +17,17 @@ from __future__ import annotations
 from typing import Any
 
 from structattn_lite.config import check_choice
-from structattn_lite.models.attention_base import PATHS, Attention, DotAttention, FastPathStats
+from structattn_lite.models.attention_base import PATHS, Attention, DotAttention
 from structattn_lite.models.metric_attention import (
-    SEPARATE_QK_LOGIT_BOUND,
     DenseAttention,
     MatroidalAttention,
     MetricAttention,
 )
 
+# what callers import from here: the constructor and the classes it builds
 __all__ = [
-    "ATTENTION_KINDS", "OPTIONS", "PATHS", "SEPARATE_QK_LOGIT_BOUND", "Attention",
-    "DenseAttention", "DotAttention", "FastPathStats", "MatroidalAttention",
-    "MetricAttention", "build_attention",
+    "ATTENTION_KINDS", "OPTIONS", "PATHS", "Attention", "DenseAttention", "DotAttention",
+    "MatroidalAttention", "MetricAttention", "build_attention",
 ]  # fmt: skip
 
 ATTENTION_KINDS = ("dot", "dense", "matroidal")
