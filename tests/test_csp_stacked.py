@@ -11,13 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
-from structattn_lite.models.csp_stacked import (
-    StackedCSP,
-    _pairs,
-    _softplus,
-    stack_csps,
-    unstack_csp,
-)
+from structattn_lite.models.csp_stacked import StackedCSP, _pairs, stack_csps, unstack_csp
+from structattn_lite.models.csp_stacked_core import _softplus
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss
 from structattn_lite.training.seed_batching import (

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig
-from structattn_lite.models.csp_stacked import SeedStack, _TokenRows, seed_token_rows
+from structattn_lite.models.csp_stacked import SeedStack, seed_token_rows
+from structattn_lite.models.csp_stacked_core import _TokenRows
 
 
 class _StateRecurrence(torch.autograd.Function):
