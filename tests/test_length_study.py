@@ -119,6 +119,25 @@ def test_fit_seeds_counts_each_seed_by_its_own_stop_rule():
     assert "fit" not in lt.findings(curves.drop(columns="stop_at_fit"))
 
 
+@pytest.mark.parametrize("grid", sorted(ls.GRIDS))
+def test_every_grid_can_build_its_fixed_protocol_datasets(grid):
+    """A dataset the grid cannot build fails its run only hours in (a disjoint Dyck-1
+    split half balanced holds at most 2 x 1,430 strings of length 16)."""
+    configs = [c for c in ls.grid(grid) if c.protocol == "fixed"]
+    for c in {(c.task, c.n, c.train_length, c.split): c for c in configs}.values():
+        data = ls.fixed_protocol_data(c)
+        assert len(data.x_train) + len(data.x_val) + len(data.x_test) == c.n
+
+
+def test_committed_grid_takes_its_string_count_per_task():
+    n = {c.task: c.n for c in ls.grid("committed")}
+    assert n == {"parity": 10_000, "mod3": 10_000, "dyck1": 2_000}
+    runs = pd.DataFrame([{"task": t, "protocol": "fixed", "model": "lstm", "seed": 0,
+                          "n": k, "length": 16, "steps": 5, "train_length": 16}
+                         for t, k in n.items()])  # fmt: skip
+    assert "n = 2000 (dyck1), 10000 (mod3, parity) strings" in lt.length_caption(runs)
+
+
 def test_committed_length_results_cover_the_grid():
     curves = lt.load_curves()
     assert set(curves["task"]) == {"parity", "mod3", "dyck1"}

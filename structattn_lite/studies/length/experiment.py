@@ -298,7 +298,7 @@ def grid(name: str) -> list[LengthRun]:
             model_options=MODEL_SIZES[model],
             protocol=protocol,
             train_length=16 if protocol == "fixed" else 40,
-            n=spec["n"],
+            n=spec["n"][task] if isinstance(spec["n"], dict) else spec["n"],
             epochs=spec["epochs"],
             seed=seed,
             max_eval_length=spec["max_eval_length"],

@@ -132,6 +132,16 @@ def length_caption(curves: pd.DataFrame) -> str:
             return "?"
         return "/".join(fmt.format(v) for v in sorted(runs[column].dropna().unique().tolist()))
 
+    def strings():  # one count, or each count with the tasks that used it
+        per_task = runs.groupby("task")["n"].unique()
+        if runs["n"].nunique() <= 1:
+            return values("n")
+        tasks_of = {}
+        for task, ns in per_task.items():
+            for n in ns:
+                tasks_of.setdefault(int(n), []).append(task)
+        return ", ".join(f"{n} ({', '.join(tasks)})" for n, tasks in sorted(tasks_of.items()))
+
     stop = values("stop_at_fit")
     stop_text = (
         f"; stopped once validation whole-string accuracy held {stop} (early stops read "
@@ -142,7 +152,7 @@ def length_caption(curves: pd.DataFrame) -> str:
     steps = runs["steps"]
     return (
         f"grid '{grid}': {len(runs)} runs; {spread} seeds per model and task (seeds {seeds}); "
-        f"trained at T = {values('train_length')} on n = {values('n')} strings "
+        f"trained at T = {values('train_length')} on n = {strings()} strings "
         f"({values('split')} split), batch {values('batch_size')}, {values('loss')} loss, "
         f"Adam lr {values('lr', '{:g}')} ({values('schedule')}); at most {values('epochs')} "
         f"epochs, {int(steps.min())}-{int(steps.max())} steps (median {int(steps.median())})"
