@@ -57,16 +57,24 @@ def _summary(records) -> str:
 def _run(args) -> int:
     from structattn_lite.runs import sweep
 
-    records = sweep(
-        args.study,
-        _configs(args),
-        only_cached=args.only_cached,
-        threads=args.threads,
-        seed_batching=args.seed_batching,
-        executor=args.executor,
-        address=args.address,
-        device=args.device,
-    )
+    configs = _configs(args)
+    while True:
+        records = sweep(
+            args.study,
+            configs,
+            only_cached=args.only_cached,
+            threads=args.threads,
+            seed_batching=args.seed_batching,
+            executor=args.executor,
+            address=args.address,
+            device=args.device,
+        )
+        # A staged grid (attention: tune, then the finals; length: fit, then refit the
+        # cells that did not) grows once its first stage is on disk: go on until it stops.
+        grown = [] if args.only_cached else _configs(args)
+        if not grown or grown == configs:
+            break
+        configs = grown
     print(_summary(records) if records else "no finished runs")
     return 0
 

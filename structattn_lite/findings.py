@@ -70,6 +70,8 @@ def _paper_era() -> str:
 
 def _attention() -> str:
     from structattn_lite.studies.attention import report
+    from structattn_lite.studies.attention.grids import GRIDS
+    from structattn_lite.studies.attention.tuning_report import edge_check_verdict
 
     summary = report.load_summary()
     if summary is None:
@@ -80,12 +82,13 @@ def _attention() -> str:
         return "; ".join(f"{r['variant']} {r[column]}" for _, r in table.iterrows()) or "no runs"
 
     low = report.low_data_verdict(summary).splitlines()[0]
+    edge = edge_check_verdict(summary, GRIDS["committed"]["lrs"])
     return (
         "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
         f"interval over seeds).** {cells('main')}. Under bfloat16 autocast: "
         f"{cells('stability')}. {report.precision_verdict(summary)}. "
         f"Digits (test accuracy): {cells('digits', 'test acc')}. "
-        f"{low} Grid: {report.grid_caption(summary)}."
+        f"{low} {edge} Grid: {report.grid_caption(summary, GRIDS['committed']['lrs'])}."
     )
 
 

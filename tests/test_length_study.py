@@ -10,6 +10,7 @@ from structattn_lite.data.tasks import make_task
 from structattn_lite.studies.length import authors as la
 from structattn_lite.studies.length import experiment as ls
 from structattn_lite.studies.length import report as lt
+from structattn_lite.studies.length import results
 
 
 class Oracle(nn.Module):
@@ -136,6 +137,47 @@ def test_committed_grid_takes_its_string_count_per_task():
                           "n": k, "length": 16, "steps": 5, "train_length": 16}
                          for t, k in n.items()])  # fmt: skip
     assert "n = 2000 (dyck1), 10000 (mod3, parity) strings" in lt.length_caption(runs)
+
+
+def test_a_refit_grid_trains_again_longer_only_the_cells_that_did_not_fit(tmp_path, monkeypatch):
+    from structattn_lite.records import RunRecord, RunStore, config_dict, config_hash
+
+    spec = {**ls.GRIDS["smoke"], "seeds": (0, 1), "run": {"stop_at_fit": 0.999},
+            "refit": {"epochs": 5}}  # fmt: skip
+    monkeypatch.setitem(ls.GRIDS, "two_pass", spec)
+    store = RunStore(tmp_path)
+    first = ls.grid("two_pass", store=store)
+    assert len(first) == 4 and {c.epochs for c in first} == {2}  # nothing on disk yet
+
+    def record(c, final, epochs=None):  # a finished run whose last validation score is final
+        h = pd.DataFrame({"val_seq_acc": [0.5, final][: epochs or c.epochs]})
+        status = "early_stop" if final >= 0.999 else "ok"
+        rec = RunRecord("length", config_hash("length", c), config_dict(c), h, status=status)
+        store.save(rec)
+        return rec
+
+    # lstm fits on both seeds; csp_authors misses on seed 1 only (0.995 < 0.999)
+    finals = {
+        ("lstm", 0): 1.0,
+        ("lstm", 1): 1.0,
+        ("csp_authors", 0): 1.0,
+        ("csp_authors", 1): 0.995,
+    }
+    recs = [record(c, finals[c.model, c.seed]) for c in first[:-1]]
+    assert ls.grid("two_pass", store=store) == first  # the first pass is not all on disk
+    recs.append(record(first[-1], finals[first[-1].model, first[-1].seed]))
+    assert results.unfit_cells(recs) == {("parity", "fixed", "csp_authors")}
+    both = ls.grid("two_pass", store=store)
+    refit = both[len(first) :]
+    assert both[: len(first)] == first
+    assert [(c.model, c.seed, c.epochs) for c in refit] == [
+        ("csp_authors", 0, 5),
+        ("csp_authors", 1, 5),
+    ]
+    # each cell's last pass is what ships: the refit for csp_authors, the first for lstm
+    kept = results.last_pass(recs + [record(c, 1.0) for c in refit])
+    assert sorted((r.config["model"], r.config["epochs"]) for r in kept) == [
+        ("csp_authors", 5), ("csp_authors", 5), ("lstm", 2), ("lstm", 2)]  # fmt: skip
 
 
 def test_committed_length_results_cover_the_grid():

@@ -302,6 +302,13 @@ def _tuned_variants(name: str) -> list[Config]:
     return out
 
 
+def edge_grid(name: str) -> list[Config]:
+    """Tuning runs at the grid's ``edge_lrs``, rates past its sweep: they check whether the
+    sweep's edge capped a variant's choice and never enter it (``tuning_report``)."""
+    spec = GRIDS[cfgmod.check_choice("grid", name, GRIDS)]
+    return [with_recipe(c, lr=lr) for c in _tuned_variants(name) for lr in spec.get("edge_lrs", ())]
+
+
 def final_grid(name: str, lrs: dict[str, float]) -> list[Config]:
     """Every run of the grid at its variant's tuned rate, reading the test split once."""
     return [with_recipe(replace(c, read_test=True), lr=lrs[variant_key(c)])
@@ -309,7 +316,8 @@ def final_grid(name: str, lrs: dict[str, float]) -> list[Config]:
 
 
 def grid(name: str, store=None) -> list[Config]:
-    """The tuning grid, then (once its records are cached) the final grid."""
+    """The tuning grid, then (once its records are cached) the final grid and the edge
+    check."""
     from structattn_lite.records import RunStore
 
     store = store or RunStore()
@@ -317,15 +325,16 @@ def grid(name: str, store=None) -> list[Config]:
     cached = [store.load(EXPERIMENT, c) for c in tuning]
     if any(r is None for r in cached):
         return tuning
-    return tuning + final_grid(name, choose_lrs(cached))
+    return tuning + final_grid(name, choose_lrs(cached)) + edge_grid(name)
 
 
 def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
-    """Tune, choose each variant's rate on validation, then train the final runs."""
+    """Tune, choose each variant's rate on validation, train the final runs, then the edge
+    check (rates past the sweep, which do not change the choice)."""
     from structattn_lite.runs import sweep
 
     tuned = sweep(EXPERIMENT, tuning_grid(name), progress=progress, **sweep_options)
-    finals = final_grid(name, choose_lrs(tuned))
+    finals = final_grid(name, choose_lrs(tuned)) + edge_grid(name)
     return tuned + sweep(EXPERIMENT, finals, progress=progress, **sweep_options)
 
 

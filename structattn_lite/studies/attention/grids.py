@@ -56,8 +56,11 @@ GRIDS: dict[str, dict[str, Any]] = {
     # variants, low data and bfloat16 on 5 seeds each. Each variant's rate is
     # chosen on validation at 2 rates over a shorter 600-step schedule (``tune_recipe``),
     # which is what fits; the rate a short schedule prefers may not be the best at 1,000.
+    # Every variant kept the top rate, so the same tuning runs at 2x and 4x that rate
+    # (``edge_lrs``, trained after the finals) check whether the sweep's edge capped it.
     "committed": {
-        "seeds": (0, 1, 2, 3, 4), "lrs": (3e-3, 6e-3), "main": MAIN_VARIANTS,
+        "seeds": (0, 1, 2, 3, 4), "lrs": (3e-3, 6e-3), "edge_lrs": (1.2e-2, 2.4e-2),
+        "main": MAIN_VARIANTS,
         "fractions": (0.01, 0.1), "bf16": CORE_VARIANTS, "digits": CORE_VARIANTS,
         "model": _LM,
         "recipe": {"max_steps": 1000, "warmup_steps": 60, "eval_every": 200},

@@ -99,9 +99,10 @@ def budget_table(records: list[RunRecord], target: float = RECIPE_TARGET_BPC) ->
     return pd.DataFrame(rows)
 
 
-def grid_caption(summary: pd.DataFrame) -> str:
+def grid_caption(summary: pd.DataFrame, sweep=None) -> str:
     """The grid a table came from, read from the runs: seeds and steps per part, model,
-    tuning. Printed under every committed table."""
+    tuning (the rates a variant chose among: ``sweep``, or every tuned rate when None;
+    others are the edge check). Printed under every committed table."""
     fin = finals(summary)
     parts = []
     for (name, fraction), g in fin.groupby(["part", "fraction"], sort=False):
@@ -121,7 +122,10 @@ def grid_caption(summary: pd.DataFrame) -> str:
         else "no language-model runs"
     )
     tun = summary[summary["tuning"].astype(bool) & summary["dataset"].isin(fin["dataset"])]
-    rates = "/".join(f"{v:g}" for v in sorted(tun["lr"].unique()))
+    swept = tun["lr"].isin(sweep) if sweep is not None else tun["lr"].notna()
+    rates = "/".join(f"{v:g}" for v in sorted(tun.loc[swept, "lr"].unique()))
+    past = "/".join(f"{v:g}" for v in sorted(tun.loc[~swept, "lr"].unique()))
+    edge = f"; rates {past} checked past the sweep's edge after the finals" if past else ""
     steps = {
         what: "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
         for what, g in tun.groupby(tun["dataset"].isin(["digits", "cifar10"]).map(
@@ -130,7 +134,7 @@ def grid_caption(summary: pd.DataFrame) -> str:
     over = ", ".join(f"{what} over {n} steps" for what, n in steps.items())
     return (
         "; ".join(parts)
-        + f"; {model}; rates {rates} tuned per variant on validation ({over}); "
+        + f"; {model}; rates {rates} tuned per variant on validation ({over}){edge}; "
         + "test read once per final run"
     )
 
@@ -359,27 +363,3 @@ def findings(summary: pd.DataFrame) -> str:
                f"float64 fallbacks (separate q/k past the logit bound): "
                f"{int(main['fast_fallbacks'].sum())}")  # fmt: skip
     return "\n".join(out)
-
-
-def tuning_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Best validation number of each tuning run, variant by peak rate; * marks the rate
-    each variant keeps (read on validation only)."""
-    tun = summary[summary["tuning"].astype(bool)].copy()
-    if not len(tun):
-        return pd.DataFrame()
-    image = tun["dataset"].isin(["digits", "cifar10"])
-    tun["valid"] = np.where(image, tun["val_loss"], tun["val_bpc"])
-    tun["what"] = np.where(image, "val loss", "val bpc")
-    table = tun.pivot_table(index=["dataset", "variant", "what"], columns="lr", values="valid")
-    marked = table.astype(object)
-    edge = []
-    for idx, row in table.iterrows():
-        best = row.min()
-        marked.loc[idx] = [f"{v:.3f}*" if v == best else f"{v:.3f}" for v in row]
-        at = list(row.index[row == best])
-        # a rate chosen at either end of the sweep may not be the best rate there is
-        edge.append(
-            "highest" if at[-1] == row.index[-1] else "lowest" if at[0] == row.index[0] else ""
-        )
-    marked["chosen at the sweep's edge"] = edge
-    return marked.reset_index()

@@ -21,17 +21,17 @@ positions, which is, we believe, what the authors' README reports).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 import torch
 
-from structattn_lite.config import check_choice, check_int, results_dir
+from structattn_lite.config import check_choice, check_int
 from structattn_lite.data.splits import make_dataset
 from structattn_lite.data.tasks import TASKS, make_task
 from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
+from structattn_lite.studies.length import results
 from structattn_lite.studies.length.grids import GRIDS, LENGTH_MODELS, MODEL_SIZES, PROTOCOLS
 from structattn_lite.training.losses import LOSSES, get_loss
 from structattn_lite.training.metrics import accuracy, length_scores, predict, scores
@@ -254,42 +254,7 @@ def run_length(
     )
 
 
-def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
-    """Long table: one row per (run, evaluated length), with the run's config columns."""
-    frames = []
-    for r in records:
-        c = r.config
-        curve = pd.DataFrame(r.extra["curve"])
-        for key in (
-            "task",
-            "model",
-            "protocol",
-            "seed",
-            "train_length",
-            "epochs",
-            "n",
-            "batch_size",
-            "loss",
-        ):
-            curve[key] = c[key]
-        for key in ("split", "stop_at_fit"):
-            curve[key] = c.get(key)
-        curve["lr"], curve["schedule"] = c["optim"]["lr"], c["optim"].get("schedule", "plateau")
-        curve["epochs_run"], curve["status"] = len(r.history), r.status
-        curve["steps"] = r.extra["steps"]
-        curve["n_parameters"] = r.extra["n_parameters"]
-        h = r.history
-        curve["final_test_acc"] = h["test_acc"].iloc[-1] if len(h) else float("nan")
-        curve["final_val_seq_acc"] = (
-            h["val_seq_acc"].iloc[-1] if "val_seq_acc" in h else float("nan")
-        )
-        frames.append(curve)
-    return pd.concat(frames, ignore_index=True)
-
-
-def grid(name: str) -> list[LengthRun]:
-    """The runs of a length grid, seed-major (a partial sweep covers every cell)."""
-    spec = GRIDS[check_choice("grid", name, GRIDS)]
+def _first_pass(spec: dict) -> list[LengthRun]:
     models = spec["models"]
     return [
         LengthRun(
@@ -312,30 +277,30 @@ def grid(name: str) -> list[LengthRun]:
     ]
 
 
-# Lengths kept in the committed curves (every length up to 16, then sparser): compact
-# enough to ship, dense enough for the figure and the L = 16..256 table.
-KEPT_LENGTHS = [*range(1, 17), *range(18, 33, 2), *range(40, 257, 8)]
-COMMITTED_CSV = {
-    "committed": "length_generalization.csv.gz",
-    "authors": "length_authors.csv.gz",
-    "authors_short": "length_authors_short.csv.gz",
-}
+def grid(name: str, store=None) -> list[LengthRun]:
+    """The runs of a length grid, seed-major (a partial sweep covers every cell).
 
+    A grid with ``refit`` trains in two passes: once every first-pass run is on disk, the
+    cells where some seed did not fit (``unfit_cells``, validation only) are trained again
+    on every seed with the ``refit`` changes (a longer budget)."""
+    from structattn_lite.records import RunStore
 
-def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
-    """Write the runs' curves at the kept lengths to data/results (one row per run and length)."""
-    curves = curves_frame(records).assign(grid=grid)
-    curves = curves[curves["length"].isin(KEPT_LENGTHS)]
-    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    metrics = ["seq_acc", "unseen_acc", "all_acc", "final_test_acc", "final_val_seq_acc"]
-    curves = curves.assign(**{m: curves[m].round(4) for m in metrics if m in curves})
-    curves.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
-    return [path]
+    spec = GRIDS[check_choice("grid", name, GRIDS)]
+    first = _first_pass(spec)
+    if "refit" not in spec:
+        return first
+    store = store or RunStore()
+    records = [store.load(EXPERIMENT, c) for c in first]
+    if any(r is None for r in records):
+        return first
+    unfit = results.unfit_cells(records)
+    return first + [replace(c, **spec["refit"]) for c in first if results.cell(c) in unfit]
 
 
 Config = LengthRun
 run = run_length
+export = results.export
+curves_frame = results.curves_frame
 
 
 def run_seeds(configs: list[LengthRun], progress: bool = False, device: str = "cpu"):

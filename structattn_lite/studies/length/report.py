@@ -142,6 +142,19 @@ def length_caption(curves: pd.DataFrame) -> str:
                 tasks_of.setdefault(int(n), []).append(task)
         return ", ".join(f"{n} ({', '.join(tasks)})" for n, tasks in sorted(tasks_of.items()))
 
+    def budget():  # the epoch cap, and the cells a second pass trained longer
+        caps = sorted(runs["epochs"].unique().tolist()) if "epochs" in runs else ["?"]
+        if len(caps) == 1:
+            return f"{caps[0]} epochs"
+        longer = runs[runs["epochs"] > caps[0]].drop_duplicates(["task", "model"])
+        cells = ", ".join(
+            f"{m} on {t}" for t, m in zip(longer["task"], longer["model"], strict=True)
+        )
+        return (
+            f"{caps[0]} epochs ({'/'.join(map(str, caps[1:]))} where some seed had not fit "
+            f"after the first pass, on every seed: {cells})"
+        )
+
     stop = values("stop_at_fit")
     stop_text = (
         f"; stopped once validation whole-string accuracy held {stop} (early stops read "
@@ -154,8 +167,8 @@ def length_caption(curves: pd.DataFrame) -> str:
         f"grid '{grid}': {len(runs)} runs; {spread} seeds per model and task (seeds {seeds}); "
         f"trained at T = {values('train_length')} on n = {strings()} strings "
         f"({values('split')} split), batch {values('batch_size')}, {values('loss')} loss, "
-        f"Adam lr {values('lr', '{:g}')} ({values('schedule')}); at most {values('epochs')} "
-        f"epochs, {int(steps.min())}-{int(steps.max())} steps (median {int(steps.median())})"
+        f"Adam lr {values('lr', '{:g}')} ({values('schedule')}); at most {budget()}, "
+        f"{int(steps.min())}-{int(steps.max())} steps (median {int(steps.median())})"
         f"{stop_text}; scored on fresh strings at every length up to "
         f"{int(curves['length'].max())} (Dyck-1 on a grid of even lengths)"
     )
@@ -247,7 +260,7 @@ def load_curves(grid: str = "committed") -> pd.DataFrame:
     """A committed grid's curves from data/results ("committed", "authors_short", ...);
     an empty frame for a grid whose file is not there."""
     from structattn_lite.config import results_dir
-    from structattn_lite.studies.length.experiment import COMMITTED_CSV
+    from structattn_lite.studies.length.results import COMMITTED_CSV
 
     path = results_dir() / COMMITTED_CSV[grid]
     if not path.exists():

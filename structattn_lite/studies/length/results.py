@@ -1,0 +1,95 @@
+"""The length study's records as its committed results: one row per run and evaluated
+length (``curves_frame``), each cell's last pass (``last_pass``: a refit replaces the
+first), and the files in data/results (``export``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from structattn_lite.config import check_choice, results_dir
+from structattn_lite.records import RunRecord
+
+
+def cell(config) -> tuple[str, str, str]:
+    """The (task, protocol, model) cell of a config or of a record's config dict."""
+    c = config if isinstance(config, dict) else config.__dict__
+    return c["task"], c["protocol"], c["model"]
+
+
+def unfit_cells(records: list[RunRecord]) -> set[tuple[str, str, str]]:
+    """Cells where some seed ended its budget without meeting its own fit rule (read on
+    validation, as the rule itself is)."""
+    out = set()
+    for r in records:
+        level = r.config.get("stop_at_fit")
+        h = r.history
+        final = h["val_seq_acc"].iloc[-1] if "val_seq_acc" in h and len(h) else 0.0
+        if level is not None and (r.status == "failed" or final < level):
+            out.add(cell(r.config))
+    return out
+
+
+def last_pass(records: list[RunRecord]) -> list[RunRecord]:
+    """Each cell's records from its last pass: the refit where a cell has one."""
+    epochs = {}
+    for r in records:
+        key = cell(r.config)
+        epochs[key] = max(epochs.get(key, 0), r.config["epochs"])
+    return [r for r in records if r.config["epochs"] == epochs[cell(r.config)]]
+
+
+def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
+    """Long table: one row per (run, evaluated length), with the run's config columns."""
+    frames = []
+    for r in records:
+        c = r.config
+        curve = pd.DataFrame(r.extra["curve"])
+        for key in (
+            "task",
+            "model",
+            "protocol",
+            "seed",
+            "train_length",
+            "epochs",
+            "n",
+            "batch_size",
+            "loss",
+        ):
+            curve[key] = c[key]
+        for key in ("split", "stop_at_fit"):
+            curve[key] = c.get(key)
+        curve["lr"], curve["schedule"] = c["optim"]["lr"], c["optim"].get("schedule", "plateau")
+        curve["epochs_run"], curve["status"] = len(r.history), r.status
+        curve["steps"] = r.extra["steps"]
+        curve["n_parameters"] = r.extra["n_parameters"]
+        h = r.history
+        curve["final_test_acc"] = h["test_acc"].iloc[-1] if len(h) else float("nan")
+        curve["final_val_seq_acc"] = (
+            h["val_seq_acc"].iloc[-1] if "val_seq_acc" in h else float("nan")
+        )
+        frames.append(curve)
+    return pd.concat(frames, ignore_index=True)
+
+
+# Lengths kept in the committed curves (every length up to 16, then sparser): compact
+# enough to ship, dense enough for the figure and the L = 16..256 table.
+KEPT_LENGTHS = [*range(1, 17), *range(18, 33, 2), *range(40, 257, 8)]
+COMMITTED_CSV = {
+    "committed": "length_generalization.csv.gz",
+    "authors": "length_authors.csv.gz",
+    "authors_short": "length_authors_short.csv.gz",
+}
+
+
+def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
+    """Write the runs' curves at the kept lengths to data/results (one row per run and length)."""
+    curves = curves_frame(last_pass(records)).assign(grid=grid)
+    curves = curves[curves["length"].isin(KEPT_LENGTHS)]
+    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metrics = ["seq_acc", "unseen_acc", "all_acc", "final_test_acc", "final_val_seq_acc"]
+    curves = curves.assign(**{m: curves[m].round(4) for m in metrics if m in curves})
+    curves.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
+    return [path]
