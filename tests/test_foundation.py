@@ -147,6 +147,21 @@ def test_cli_runs_the_smoke_grid_then_reuses_it(capsys):
     assert "reused 2 cached run(s)" in capsys.readouterr().out
 
 
+def test_one_cli_run_goes_through_every_stage_of_a_staged_grid(capsys, monkeypatch, tmp_path):
+    from structattn_lite.records import RunStore
+    from structattn_lite.studies.length import experiment as ls
+
+    # two epochs on 300 strings never fit parity to 0.999, so every cell is refit
+    spec = {**ls.GRIDS["smoke"], "run": {"stop_at_fit": 0.999}, "refit": {"epochs": 3}}
+    monkeypatch.setitem(ls.GRIDS, "two_pass", spec)
+    monkeypatch.setenv("STRUCTATTN_RUNS", str(tmp_path))
+    assert main(["run", "length", "--grid", "two_pass"]) == 0
+    store = RunStore(tmp_path)
+    configs = ls.grid("two_pass", store=store)
+    assert sorted(c.epochs for c in configs) == [2, 2, 3, 3]
+    assert all(store.load("length", c) is not None for c in configs)
+
+
 def test_cli_study_only_that_matches_nothing_lists_the_notebooks(capsys):
     assert main(["study", "--profile", "smoke", "--only", "99"]) == 2
     err = capsys.readouterr().err
