@@ -234,6 +234,7 @@ def test_the_edge_check_tunes_past_the_sweep_and_never_enters_the_choice(tmp_pat
     assert "past the edge (check)" not in tuning_table(runs)  # every rate is the sweep
     verdict = edge_check_verdict(runs, (1e-3, 2e-3))
     assert "ptb: 1 of 2 variants (by 0.400 val bpc)" in verdict
+    assert "For 1 of them the best is the highest rate checked (0.004)" in verdict
     assert edge_check_verdict(runs, (1e-3, 2e-3, 4e-3)).startswith("No rates past")
 
 

@@ -72,10 +72,18 @@ def edge_check_verdict(summary: pd.DataFrame, sweep) -> str:
         by = f"{min(gains):.3f}" + (f"-{max(gains):.3f}" if max(gains) > min(gains) else "")
         spread = f" (by {by} {what})" if gains else ""
         parts.append(f"{dataset}: {len(better)} of {len(rows)} variants{spread}")
+    top = max(past)
+    at_top = table["past the edge (check)"].str.startswith(f"{top:g} better")
+    still = (
+        f" For {int(at_top.sum())} of them the best is the highest rate checked ({top:g}), so "
+        "their best rate may lie higher still."
+        if at_top.any()
+        else ""
+    )
     return (
         f"Rates past the sweep's edge ({', '.join(f'{lr:g}' for lr in past)}; tuning runs on "
         f"the same terms, validation only) beat the rate each variant kept on "
         + "; ".join(parts)
         + ". Where they do, that variant's final runs are at a rate below its best on "
-        "validation, and its verdicts hold at the kept rate only."
+        "validation, and its verdicts hold at the kept rate only." + still
     )
