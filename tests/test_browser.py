@@ -85,8 +85,9 @@ def _dashboard_cell(page, panel, cells):
 
 
 def _settled(area, idle, timeout: float, what: str, differs_from: str | None = None) -> str:
-    """Wait until the kernel is idle and the output stops changing (and differs from
-    ``differs_from``); returns the output's snapshot."""
+    """Wait until the kernel is idle and the output stops changing with a figure in it (and
+    differs from ``differs_from``); returns the output's snapshot. Voila sends a widget's
+    figure after the page, so an output that is empty for a moment is not yet its view."""
     last = [None]
 
     def steady():
@@ -94,7 +95,7 @@ def _settled(area, idle, timeout: float, what: str, differs_from: str | None = N
             return None
         now = bs.output_snapshot(area)
         stable, last[0] = now == last[0], now
-        return now if stable and now and now != differs_from else None
+        return now if stable and "<img" in now and now != differs_from else None
 
     return bs.wait_until(steady, timeout, what, interval=0.7)
 
