@@ -37,13 +37,17 @@ from structattn_lite.models.attention_checks import (
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
 from structattn_lite.records import RunRecord, config_dict, config_hash
-from structattn_lite.studies.attention.grids import COMMITTED_CSV, GRIDS, variant_configs
+from structattn_lite.studies.attention.grids import (
+    COMMITTED_CSV,
+    GRIDS,
+    IMAGE_DATASETS,
+    variant_configs,
+)
 from structattn_lite.studies.attention.recipe import Recipe, train
 from structattn_lite.theory import SUPPORT_RULES
 
 EXPERIMENT = "attention"
-DATASETS = ("ptb", "fallback", "digits", "cifar10")
-IMAGE_DATASETS = ("digits", "cifar10")
+DATASETS = ("ptb", "fallback", *IMAGE_DATASETS)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ GRIDS: dict[str, dict[str, Any]] = {
         "digits_model": _DIGITS, "digits_recipe": {**_DIGITS_RECIPE, "max_steps": 2000},
     },
 }  # fmt: skip
+# datasets scored by validation loss (the text ones by bits per character)
+IMAGE_DATASETS = ("digits", "cifar10")
 # grid -> (one row per run, histories): the files each committed grid ships in data/results
 COMMITTED_CSV = {
     "committed": ("attention_runs.csv", "attention_histories.csv.gz"),

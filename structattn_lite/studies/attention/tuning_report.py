@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-IMAGE_DATASETS = ("digits", "cifar10")
+from structattn_lite.studies.attention.grids import IMAGE_DATASETS
 
 
 def _validation(summary: pd.DataFrame) -> pd.DataFrame:
@@ -24,6 +24,22 @@ def _validation(summary: pd.DataFrame) -> pd.DataFrame:
     return tun.pivot_table(index=["dataset", "variant", "what"], columns="lr", values="valid")
 
 
+def _swept(table: pd.DataFrame, sweep) -> list[float]:
+    return [lr for lr in table.columns if sweep is None or any(np.isclose(lr, sweep))]
+
+
+def _edge_check(table: pd.DataFrame, sweep) -> pd.DataFrame:
+    """Per variant: the kept rate's number, the best rate past the sweep, and the gain
+    (positive when that rate beat the kept one); empty when no rate lies past it."""
+    swept = _swept(table, sweep)
+    past = table.drop(columns=swept)
+    if past.empty:
+        return pd.DataFrame()
+    kept = table[swept].min(axis=1)
+    best_lr = past.idxmin(axis=1)
+    return pd.DataFrame({"kept": kept, "best_lr": best_lr, "gain": kept - past.min(axis=1)})
+
+
 def tuning_table(summary: pd.DataFrame, sweep=None) -> pd.DataFrame:
     """Best validation number of each tuning run, variant by peak rate; * marks the rate
     each variant keeps (read on validation only, among the ``sweep`` rates: all rates
@@ -31,9 +47,9 @@ def tuning_table(summary: pd.DataFrame, sweep=None) -> pd.DataFrame:
     if not summary["tuning"].astype(bool).any():
         return pd.DataFrame()
     table = _validation(summary)
-    in_sweep = [lr for lr in table.columns if sweep is None or any(np.isclose(lr, sweep))]
+    in_sweep = _swept(table, sweep)
     marked = table.astype(object)
-    edge, checked = [], []
+    edge = []
     for idx, row in table.iterrows():
         swept = row[in_sweep].dropna()
         best = swept.min()
@@ -46,37 +62,33 @@ def tuning_table(summary: pd.DataFrame, sweep=None) -> pd.DataFrame:
         edge.append(
             "highest" if at[-1] == swept.index[-1] else "lowest" if at[0] == swept.index[0] else ""
         )
-        past = row.drop(index=in_sweep).dropna()
-        if len(past):
-            lr = past.idxmin()
-            checked.append(
-                f"{lr:g} better by {best - past[lr]:.3f}" if past[lr] < best else "choice holds"
-            )
     marked["chosen at the sweep's edge"] = edge
-    if checked:
-        marked["past the edge (check)"] = checked
+    check = _edge_check(table, sweep)
+    if len(check):
+        marked["past the edge (check)"] = [
+            f"{lr:g} better by {gain:.3f}" if gain > 0 else "choice holds"
+            for lr, gain in zip(check["best_lr"], check["gain"], strict=True)
+        ]
     return marked.reset_index()
 
 
 def edge_check_verdict(summary: pd.DataFrame, sweep) -> str:
     """In words: for how many variants a rate past the sweep beat the kept rate."""
-    table = tuning_table(summary, sweep)
-    if "past the edge (check)" not in table:
+    table = _validation(summary)
+    check = _edge_check(table, sweep)
+    if check.empty:
         return "No rates past the sweep's edge were checked."
-    past = [c for c in table.columns if isinstance(c, float) and not any(np.isclose(c, sweep))]
+    past = sorted(set(table.columns) - set(_swept(table, sweep)))
     parts = []
-    for dataset, rows in table.groupby("dataset", sort=False):
-        better = rows[rows["past the edge (check)"] != "choice holds"]
-        gains = [float(v.rsplit(" ", 1)[1]) for v in better["past the edge (check)"]] or [0.0]
-        what = rows["what"].iloc[0]
-        by = f"{min(gains):.3f}" + (f"-{max(gains):.3f}" if max(gains) > min(gains) else "")
-        spread = f" (by {by} {what})" if gains else ""
-        parts.append(f"{dataset}: {len(better)} of {len(rows)} variants{spread}")
-    top = max(past)
-    at_top = table["past the edge (check)"].str.startswith(f"{top:g} better")
+    for (dataset, what), rows in check.groupby(level=["dataset", "what"], sort=False):
+        gains = rows["gain"][rows["gain"] > 0]
+        by = f"{gains.min():.3f}" + (f"-{gains.max():.3f}" if gains.max() > gains.min() else "")
+        spread = f" (by {by} {what})" if len(gains) else ""
+        parts.append(f"{dataset}: {len(gains)} of {len(rows)} variants{spread}")
+    at_top = (check["gain"] > 0) & (check["best_lr"] == past[-1])
     still = (
-        f" For {int(at_top.sum())} of them the best is the highest rate checked ({top:g}), so "
-        "their best rate may lie higher still."
+        f" For {int(at_top.sum())} of them the best is the highest rate checked "
+        f"({past[-1]:g}), so their best rate may lie higher still."
         if at_top.any()
         else ""
     )

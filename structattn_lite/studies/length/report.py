@@ -133,14 +133,10 @@ def length_caption(curves: pd.DataFrame) -> str:
         return "/".join(fmt.format(v) for v in sorted(runs[column].dropna().unique().tolist()))
 
     def strings():  # one count, or each count with the tasks that used it
-        per_task = runs.groupby("task")["n"].unique()
         if runs["n"].nunique() <= 1:
             return values("n")
-        tasks_of = {}
-        for task, ns in per_task.items():
-            for n in ns:
-                tasks_of.setdefault(int(n), []).append(task)
-        return ", ".join(f"{n} ({', '.join(tasks)})" for n, tasks in sorted(tasks_of.items()))
+        tasks_of = runs.drop_duplicates(["n", "task"]).groupby("n")["task"].apply(sorted)
+        return ", ".join(f"{int(n)} ({', '.join(tasks)})" for n, tasks in tasks_of.items())
 
     def budget():  # the epoch cap, and the cells a second pass trained longer
         caps = sorted(runs["epochs"].unique().tolist()) if "epochs" in runs else ["?"]
