@@ -48,12 +48,12 @@ def train_killed_config(checkpoint: str | None) -> tuple[pd.DataFrame, list[floa
     return record.history, record.extra["step_grad_norms"]
 
 
-def kill_after_first_checkpoint(function: str, path: Path) -> int:
-    """Run ``test_resume.<function>(path)`` in a subprocess, SIGKILL it as soon as its
-    first checkpoint appears, and return the epoch that checkpoint holds."""
+def kill_after_first_checkpoint(function: str, path: Path, module: str = "test_resume") -> dict:
+    """Run ``<module>.<function>(path)`` (a test module) in a subprocess, SIGKILL it as
+    soon as its first checkpoint appears, and return that checkpoint."""
     script = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        f"import test_resume; test_resume.{function}({str(path)!r})"
+        f"import {module}; {module}.{function}({str(path)!r})"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
@@ -63,13 +63,13 @@ def kill_after_first_checkpoint(function: str, path: Path) -> int:
     proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate()
     assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
-    return torch.load(path, weights_only=True)["epoch"]
+    return torch.load(path, weights_only=True)
 
 
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path, monkeypatch):
     path = tmp_path / "run.ckpt"
-    killed_at = kill_after_first_checkpoint("train_killed_config", path)
+    killed_at = kill_after_first_checkpoint("train_killed_config", path)["epoch"]
     assert 1 <= killed_at < KILLED.epochs
 
     resumed_from = []
@@ -112,7 +112,7 @@ def train_stacked_unit(checkpoint: str | None) -> list[tuple[str, pd.DataFrame, 
 @pytest.mark.slow
 def test_killed_stacked_unit_resumes_to_the_uninterrupted_histories(tmp_path, monkeypatch):
     path = tmp_path / "unit.ckpt"
-    killed_at = kill_after_first_checkpoint("train_stacked_unit", path)
+    killed_at = kill_after_first_checkpoint("train_stacked_unit", path)["epoch"]
     assert 1 <= killed_at < STACKED_UNIT[0].epochs
 
     resumed_from = []

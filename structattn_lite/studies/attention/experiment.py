@@ -226,6 +226,7 @@ def run(
         "variant_key": variant_key(cfg),
         "stop": out.stop,
         "steps": out.steps,
+        "resumed_from_step": out.resumed_from,  # 0 unless a checkpoint resumed the run
         "best_step": out.best_step,
         "seconds": out.seconds,
         "cpu_seconds": out.cpu_seconds,

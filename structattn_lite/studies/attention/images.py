@@ -83,6 +83,7 @@ class ImageTask:
             idx = idx.to(self.train_x.device)
             return self.train_x[idx], self.train_y[idx]
 
+        batch.generator = gen  # what a checkpoint saves and restores
         return batch
 
     def evaluate(self, model: PatchClassifier, count: int) -> dict[str, float]:

@@ -75,6 +75,7 @@ class LMTask:
             starts = torch.randint(0, n - T - 1, (self.batch_size,), generator=gen)
             return windows(self.train, starts, T)
 
+        batch.generator = gen  # what a checkpoint saves and restores
         return batch
 
     def evaluate(self, model: CharLM, count: int) -> dict[str, float]:

@@ -6,6 +6,10 @@ norms per layer and for the metric parameters, the fast-path failure counts, and
 best model (by the validation number ``evaluate`` returns, lower is better) restored
 into ``model``. It reads no data itself: the caller hands it a training batch function
 and a validation function, so the test split cannot leak into any choice made here.
+
+Inside a ``training.checkpoint.checkpointing(path, every)`` block (as a sweep runs it),
+``train`` saves its whole state every ``every`` evaluations and resumes from a
+checkpoint it finds there, ending with the history of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ import torch
 from torch import nn
 
 from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.models.attention_base import FastPathStats
+from structattn_lite.training.checkpoint import (
+    active_plan,
+    load_matching_checkpoint,
+    model_shapes,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 
 PRECISIONS = ("float32", "bfloat16")
 
@@ -116,6 +129,7 @@ class Outcome:
     seconds: float = 0.0
     cpu_seconds: float = 0.0
     steps: int = 0
+    resumed_from: int = 0  # the step a checkpoint resumed this run from (0: from scratch)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def grad_norm_variance(self, after: int) -> dict[str, float]:
@@ -134,6 +148,31 @@ def _autocast(precision: str, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+def _state(model, optimizer, out: Outcome, rows, best_state, since_best, generator, target):
+    """Everything the remaining steps depend on (taken right after an evaluation)."""
+    return {
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "steps": out.steps, "target": target, "rows": rows, "grad_norms": out.grad_norms,
+        "best": (best_state, out.best_value, out.best_step, since_best),
+        "stats": [a.stats.as_dict() for a in model.attention_modules()],
+        "elapsed": (out.seconds, out.cpu_seconds),  # wall and CPU seconds so far
+        "rng": rng_state(generator), "shapes": model_shapes(model),
+    }  # fmt: skip
+
+
+def _resume(state, model, optimizer, out: Outcome, generator):
+    """Load a checkpoint's state; (rows, best_state, since_best)."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    for a, saved in zip(model.attention_modules(), state["stats"], strict=True):
+        a.stats = FastPathStats(**saved)
+    best_state, out.best_value, out.best_step, since_best = state["best"]
+    out.steps = out.resumed_from = state["steps"]
+    out.grad_norms.update(state["grad_norms"])
+    set_rng_state(state["rng"], generator)
+    return state["rows"], best_state, since_best
+
+
 def train(
     model: nn.Module,
     loss_fn: Callable[[nn.Module, Any], torch.Tensor],
@@ -146,8 +185,9 @@ def train(
 ) -> Outcome:
     """Train ``model`` in place; the best state by ``evaluate(model)[monitor]`` is restored.
 
-    ``batch(step)`` gives step's training batch (it owns its generator, so identical
-    seeds give identical runs); ``loss_fn(model, batch)`` returns a scalar in nats.
+    ``batch(step)`` gives step's training batch (it owns its generator, ``batch.generator``,
+    so identical seeds give identical runs); ``loss_fn(model, batch)`` returns a scalar in
+    nats.
     Callbacks get ``on_batch_end(self, loss, grad_norm)`` and ``on_epoch_end(self, row)``
     (one "epoch" per evaluation, as the study-wide live plot expects).
     """
@@ -164,8 +204,17 @@ def train(
     rows, best_state, since_best = [], None, 0
     out = Outcome(pd.DataFrame(), norms, {})
     losses: list[float] = []
+    plan = active_plan()
+    if plan is not None and not isinstance(getattr(batch, "generator", None), torch.Generator):
+        raise ValueError("checkpointing needs batch.generator, the generator batch(step) draws on")
+    saved = plan and load_matching_checkpoint(plan.path, device, model, recipe.max_steps)
+    if saved:
+        rows, best_state, since_best = _resume(saved, model, optimizer, out, batch.generator)
     start, cpu_start = time.perf_counter(), time.process_time()
-    bar = tqdm(range(recipe.max_steps), desc="train", disable=not progress, leave=False)
+    if saved:  # the clocks go on from where the checkpoint left them
+        start, cpu_start = start - saved["elapsed"][0], cpu_start - saved["elapsed"][1]
+    bar = tqdm(range(out.steps, recipe.max_steps), desc="train", disable=not progress,
+               leave=False, initial=out.steps, total=recipe.max_steps)  # fmt: skip
     for step in bar:
         for g in optimizer.param_groups:
             g["lr"] = lr_at(step, recipe)
@@ -218,6 +267,14 @@ def train(
         if over_time:
             out.stop = "time_budget"
             break
+        if plan and len(rows) % plan.every == 0 and out.steps < recipe.max_steps:
+            out.seconds = time.perf_counter() - start
+            out.cpu_seconds = time.process_time() - cpu_start
+            state = _state(model, optimizer, out, rows, best_state, since_best,
+                           batch.generator, recipe.max_steps)  # fmt: skip
+            save_checkpoint(plan.path, state)
+    if plan:
+        plan.path.unlink(missing_ok=True)  # the run is over: its record says the rest
     out.seconds = time.perf_counter() - start
     out.cpu_seconds = time.process_time() - cpu_start
     if best_state is not None:
