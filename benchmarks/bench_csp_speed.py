@@ -9,7 +9,11 @@
    batch 64; per-prefix labels, cross-entropy): the text's CSP ("paper"), the code's
    switches on it ("code_switches") and, when a stacked form of it exists, the authors'
    own model ("upstream").
-2. seconds per epoch of a whole run (``run_csp`` vs ``run_csp_stacked``, epochs=1: one
+2. where a step's time goes: its FLOPs (FlopCounterMode) for 1 and ``--seeds`` seeds
+   stacked, the rate they run at, and the floor those FLOPs set at the rate this thread
+   multiplies matrices of the step's shape; a seeds-together target below that floor
+   cannot be met by removing overhead alone.
+3. seconds per epoch of a whole run (``run_csp`` vs ``run_csp_stacked``, epochs=1: one
    pass over the training split in batches of 64, then train and test scored), one seed
    vs ``--seeds`` seeds stacked.
 
@@ -28,6 +32,7 @@ import types
 from collections.abc import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from structattn_lite.models import build_model
 from structattn_lite.training.losses import get_loss
@@ -59,35 +64,74 @@ def interleaved(variants: dict[str, Callable[[], None]], reps: int) -> dict[str,
     return times
 
 
-def step_variants(
-    preset: str, d: int, labels: str, loss_name: str, batch: int = 64, length: int = 16
-):
-    """Reference and stacked (S = 1) training steps on one fixed batch; None if no stacked form."""
-    options = {"d_model": d, "n_layers": 3}
+def _batch(n_seeds: int = 1, batch: int = 64, length: int = 16):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 2, (n_seeds, batch, length), generator=g)
+    return x, x.cumsum(-1) % 2
+
+
+def stacked_step(preset: str, d: int, labels: str, loss_name: str, n_seeds: int = 1):
+    """One training step of ``n_seeds`` stacked seeds on a fixed batch; None if no stacked form."""
     torch.manual_seed(0)
-    reference = build_model("csp", preset=preset, **options)
-    stacked = stack_models([build_model("csp", preset=preset, **options)])
+    models = [build_model("csp", preset=preset, d_model=d, n_layers=3) for _ in range(n_seeds)]
+    stacked = stack_models(models)
     if stacked is None:
         return None
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 2, (batch, length), generator=g)
-    y = x.cumsum(1) % 2
-    last = labels == "sequence"
-    single, seeds = get_loss(loss_name), per_seed_loss(loss_name)
+    x, y = _batch(n_seeds)
+    last, seeds = labels == "sequence", per_seed_loss(loss_name)
+
+    def stacked_loss(m, xb, yb):
+        return seeds(m(xb, last=True), yb[..., -1]) if last else seeds(m(xb), yb)
+
+    fast = StackedTrainer(stacked, stacked_loss, OptimConfig())
+    return lambda: fast.train_step(x, y)
+
+
+def step_variants(preset: str, d: int, labels: str, loss_name: str):
+    """Reference and stacked (S = 1) training steps on one fixed batch; None if no stacked form."""
+    stacked = stacked_step(preset, d, labels, loss_name)
+    if stacked is None:
+        return None
+    torch.manual_seed(0)
+    reference = build_model("csp", preset=preset, d_model=d, n_layers=3)
+    x, y = (t[0] for t in _batch())
+    last, single = labels == "sequence", get_loss(loss_name)
 
     def ref_loss(m, xb, yb):
         logits = m(xb)
         return single(logits[:, -1], yb[:, -1]) if last else single(logits, yb)
 
-    def stacked_loss(m, xb, yb):
-        return seeds(m(xb, last=True), yb[..., -1]) if last else seeds(m(xb), yb)
-
     ref = Trainer(reference, ref_loss, OptimConfig(), progress=False)
-    fast = StackedTrainer(stacked, stacked_loss, OptimConfig())
-    return {
-        "reference": lambda: ref.train_step((x, y)),
-        "stacked S=1": lambda: fast.train_step(x[None], y[None]),
-    }
+    return {"reference": lambda: ref.train_step((x, y)), "stacked S=1": stacked}
+
+
+def matmul_rate(rows: int, width: int, reps: int = 20) -> float:
+    """FLOP/s of this thread on [rows, width] @ [width, width], the shape of a block's
+    input projection (its largest matmul)."""
+    a, b = torch.randn(rows, width), torch.randn(width, width)
+    a @ b
+    start = time.thread_time()
+    for _ in range(reps):
+        a @ b
+    return 2 * rows * width * width * reps / (time.thread_time() - start)
+
+
+def compute_floor(preset, d, labels, loss, n_seeds, reps, reference_ms):
+    """FLOPs of a stacked step at 1 and ``n_seeds`` seeds, the rate they run at, and the
+    time those FLOPs take at this thread's matmul rate (the floor, before any overhead)."""
+    for k in (1, n_seeds):
+        step = stacked_step(preset, d, labels, loss, k)
+        step()
+        with FlopCounterMode(display=False) as counter:
+            step()
+        flops = counter.get_total_flops()
+        seconds = min(interleaved({"step": step}, reps)["step"])
+        floor = flops / matmul_rate(k * 64 * 16, 2 * d)
+        print(
+            f"  S={k:<3} {flops / 1e9:7.3f} GFLOP/step  min {seconds * 1e3:7.1f} ms "
+            f"({flops / seconds / 1e9:5.1f} GFLOP/s)  matmul floor {floor * 1e3:6.1f} ms "
+            f"= {floor * 1e3 / reference_ms:5.2f}x the reference step"
+        )
 
 
 def run_configs(preset, d, labels, loss, n, seeds):
@@ -116,6 +160,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread, CPU time per call")
+    reference_ms = {}
     for size, (presets, d, labels, loss, _n) in SIZES.items():
         print(f"\nms per training step, {size}, batch 64, T=16, 3 layers, {labels} labels, {loss}")
         for preset in presets:
@@ -124,7 +169,16 @@ def main(argv=None):
                 print(f" {preset}: no stacked form in this checkout")
                 continue
             print(f" {preset}:")
-            summary(interleaved(variants, args.reps), 1e3, "reference")
+            times = interleaved(variants, args.reps)
+            summary(times, 1e3, "reference")
+            reference_ms[size, preset] = min(times["reference"]) * 1e3
+    for size, (presets, d, labels, loss, _n) in SIZES.items():
+        print(f"\nwhere a stacked step's time goes, {size}:")
+        for preset in presets:
+            if (size, preset) in reference_ms:
+                print(f" {preset}:")
+                floor_args = (preset, d, labels, loss, args.seeds, args.reps)
+                compute_floor(*floor_args, reference_ms[size, preset])
     if args.skip_epochs:
         return
     for size, (presets, d, labels, loss, n) in SIZES.items():
