@@ -71,7 +71,13 @@ def _paper_era() -> str:
 def _attention() -> str:
     from structattn_lite.studies.attention import report
     from structattn_lite.studies.attention.grids import GRIDS
-    from structattn_lite.studies.attention.tuning_report import edge_check_verdict
+    from structattn_lite.studies.attention.tuning_report import (
+        best_known,
+        edge_check_verdict,
+        load_first_sweep,
+        rate_transfer_table,
+        rate_transfer_verdict,
+    )
 
     summary = report.load_summary()
     if summary is None:
@@ -83,10 +89,28 @@ def _attention() -> str:
 
     low = report.low_data_verdict(summary).splitlines()[0]
     edge = edge_check_verdict(summary, GRIDS["committed"]["lrs"])
+    first = load_first_sweep()
+    if first is not None:
+        edge += " " + rate_transfer_verdict(rate_transfer_table(first, summary), summary)
+        best = best_known(first, summary)
+        picked = best.groupby("variant", sort=False)["lr"].first()
+        edge += (
+            " Each variant at the better of its two full-budget rates on validation ("
+            + ", ".join(f"{v} {lr:g}" for v, lr in picked.items())
+            + "): "
+            + "; ".join(line for line in report.findings(best).splitlines() if "bpc, " in line)
+            + "."
+        )
+        low += (
+            " At the first sweep's rate (every variant at 0.006): "
+            f"{report.low_data_verdict(first).splitlines()[0]} {report.precision_verdict(first)}."
+        )
+    # the contrasts the study was built for (test bpc differences), not the counters
+    contrasts = [line for line in report.findings(summary).splitlines() if "bpc, " in line]
     return (
         "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
-        f"interval over seeds).** {cells('main')}. Under bfloat16 autocast: "
-        f"{cells('stability')}. {report.precision_verdict(summary)}. "
+        f"interval over seeds).** {cells('main')}. {'; '.join(contrasts)}. Under bfloat16 autocast: "
+        f"{cells('stability')}. {report.precision_verdict(summary).rstrip('.')}. "
         f"Digits (test accuracy): {cells('digits', 'test acc')}. "
         f"{low} {edge} Grid: {report.grid_caption(summary, GRIDS['committed']['lrs'])}."
     )
@@ -111,8 +135,9 @@ def _attention_long() -> str:
         "**Attention at a longer budget (notebook 02, grid `long`; test bits per character).** "
         f"{cells}. Dot product at or below {RECIPE_TARGET_BPC} validation bpc (the recipe's "
         f"target on these machines): {'; '.join(reached) or 'no dot run'}. "
-        f"Grid: {report.grid_caption(summary)}."
-    )
+        f"Grid: {report.grid_caption(summary)}. "
+        f"{report.rate_drift(summary, report.load_summary('committed'))}"
+    ).rstrip()
 
 
 def _ablations() -> str:

@@ -1,4 +1,5 @@
-"""The attention study: recipe, fair tuning, records, grids, tables, floors."""
+"""The attention study: recipe, records, tables and verdicts, floors (tuning and grids:
+test_attention_tuning.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from structattn_lite.config import PROFILES
-from structattn_lite.data import FALLBACK_LABEL, fallback_corpus, load_corpus, ptb_available
-from structattn_lite.records import RunRecord, RunStore
+from structattn_lite.data import FALLBACK_LABEL, load_corpus, ptb_available
+from structattn_lite.records import RunRecord
 from structattn_lite.studies.attention import experiment as st
-from structattn_lite.studies.attention import grids
 from structattn_lite.studies.attention.floors import ngram_bpc, ngram_floors
 from structattn_lite.studies.attention.recipe import Recipe, lr_at
 from structattn_lite.studies.attention.report import (
@@ -30,7 +29,7 @@ from structattn_lite.studies.attention.report import (
     pruning_table,
     summarize,
 )
-from structattn_lite.studies.attention.tuning_report import edge_check_verdict, tuning_table
+from structattn_lite.studies.attention.tuning_report import tuning_table
 
 TINY_RECIPE = Recipe(lr=3e-3, max_steps=6, warmup_steps=2, eval_every=3, check_every=1)
 TINY = dict(dataset="fallback", d_model=32, n_heads=2, n_layers=1, block_size=16, batch_size=4,
@@ -133,30 +132,6 @@ def _garbage_test_split(corpus):
     return dataclasses.replace(corpus, test=torch.full_like(corpus.test, 10**6))
 
 
-def test_tuning_never_reads_the_test_split():
-    corpus = fallback_corpus()
-    configs = [st.with_recipe(st.Config(kind=k, **TINY), lr=lr)
-               for k in ("dot", "matroidal") for lr in (1e-3, 1e-2)]  # fmt: skip
-    clean = [st.run(c, progress=False, corpus=corpus) for c in configs]
-    doctored = [st.run(c, progress=False, corpus=_garbage_test_split(corpus)) for c in configs]
-    assert st.choose_lrs(doctored) == st.choose_lrs(clean)
-    learning = ["step", "lr", "train_loss", "val_bpc"]  # all but the clock columns
-    assert all(
-        r.history[learning].equals(s.history[learning])
-        for r, s in zip(clean, doctored, strict=True)
-    )
-    final = st.replace(configs[0], read_test=True)  # a final run does read it, at the end
-    with pytest.raises(IndexError):
-        st.run(final, progress=False, corpus=_garbage_test_split(corpus))
-
-
-def test_choose_lrs_takes_the_best_validation_rate_per_variant():
-    runs = [st.run(st.with_recipe(st.Config(kind="dot", **TINY), lr=lr), progress=False)
-            for lr in (1e-4, 1e-2)]  # fmt: skip
-    best = min(runs, key=lambda r: r.history["val_bpc"].min())
-    assert st.choose_lrs(runs) == {st.variant_key(runs[0].config): best.config["recipe"]["lr"]}
-
-
 def test_runs_with_little_data_stop_early_and_keep_their_best_model():
     recipe = Recipe(lr=2e-2, max_steps=200, warmup_steps=2, eval_every=4, patience=2,
                     check_every=0)  # fmt: skip
@@ -168,94 +143,6 @@ def test_runs_with_little_data_stop_early_and_keep_their_best_model():
     assert rec.history["val_bpc"].iloc[-1] > best  # it stopped because validation got worse
     # the restored model is the best one: same windows, same number
     assert rec.extra["final"]["val_bpc"] == pytest.approx(best, rel=1e-6)
-
-
-def test_grids_have_every_part_and_fair_tuning(tmp_path):
-    for name in grids.GRIDS:
-        configs = grids.variant_configs(name, st.Config, "ptb")
-        parts = {grids.part(c) for c in configs}
-        assert "main" in parts and len(configs) == len(set(map(st.Config.__hash__, configs)))
-        assert "digits" in parts or name not in PROFILES
-    committed = grids.variant_configs("committed", st.Config, "ptb")
-    assert {grids.part(c) for c in committed} == {"main", "low data", "stability", "digits"}
-    # The committed grid tunes each variant on validation over its shorter tune_recipe and
-    # trains the final runs over the full recipe; images keep their own recipe for both.
-    spec = grids.GRIDS["committed"]
-    tuning = st.tuning_grid("committed")
-    text_tuning = [c for c in tuning if c.dataset not in st.IMAGE_DATASETS]
-    assert {c.recipe.max_steps for c in text_tuning} == {spec["tune_recipe"]["max_steps"]}
-    final = st.final_grid("committed", {st.variant_key(c): 1e-3 for c in tuning})
-    assert {c.recipe.max_steps for c in final if grids.part(c) == "main"} == {
-        spec["recipe"]["max_steps"]
-    }
-    assert not any(c.read_test for c in tuning) and all(c.read_test for c in final)
-    for secondary in ("stability", "low data"):  # every part on the grid's seeds
-        assert {c.seed for c in final if grids.part(c) == secondary} == set(spec["seeds"])
-    labels = {st.variant_label(c) for c in committed}
-    assert {
-        "matroidal m=1d",
-        "matroidal m=4d",
-        "dense (sep q/k)",
-        "matroidal m=2d (sep q/k)",
-    } <= labels
-    tuning = st.tuning_grid("quick")
-    assert not any(c.read_test for c in tuning) and len({c.seed for c in tuning}) == 1
-    assert len(tuning) == len({st.variant_key(c) for c in tuning}) * len(
-        grids.GRIDS["quick"]["lrs"]
-    )
-    assert st.grid("quick", store=RunStore(tmp_path)) == tuning  # nothing tuned yet
-    lrs = {st.variant_key(c): 1e-3 for c in tuning}
-    final = st.final_grid("quick", lrs)
-    assert all(c.read_test and c.recipe.lr == 1e-3 for c in final)
-
-
-def test_the_edge_check_tunes_past_the_sweep_and_never_enters_the_choice(tmp_path):
-    spec = grids.GRIDS["committed"]
-    edge, tuning = st.edge_grid("committed"), st.tuning_grid("committed")
-    assert {c.recipe.lr for c in edge} == set(spec["edge_lrs"]) and not any(
-        c.read_test for c in edge
-    )
-    assert min(spec["edge_lrs"]) > max(spec["lrs"])
-    # the same tuning runs but for the rate, so a wider sweep later reuses them from the store
-    assert [st.with_recipe(c, lr=spec["lrs"][0]) for c in edge[:: len(spec["edge_lrs"])]] == [
-        c for c in tuning if c.recipe.lr == spec["lrs"][0]
-    ]
-    assert st.edge_grid("long") == [] and st.edge_grid("quick") == []
-    # A rate past the sweep beating the kept one is reported; the * stays on the sweep.
-    runs = pd.DataFrame({
-        "tuning": True, "dataset": "ptb", "variant": ["dot"] * 3 + ["dense"] * 3,
-        "lr": [1e-3, 2e-3, 4e-3] * 2, "val_bpc": [3.0, 2.9, 2.5, 2.8, 2.9, 3.1], "val_loss": 0.0,
-        "read_test": False, "max_steps": 6,
-    })  # fmt: skip
-    table = tuning_table(runs, sweep=(1e-3, 2e-3)).set_index("variant")
-    assert table.loc["dot", 2e-3] == "2.900*" and table.loc["dot", 4e-3] == "2.500"
-    assert table.loc["dot", "past the edge (check)"] == "0.004 better by 0.400"
-    assert table.loc["dense", "past the edge (check)"] == "choice holds"
-    assert "past the edge (check)" not in tuning_table(runs)  # every rate is the sweep
-    verdict = edge_check_verdict(runs, (1e-3, 2e-3))
-    assert "ptb: 1 of 2 variants (by 0.400 val bpc)" in verdict
-    assert "For 1 of them the best is the highest rate checked (0.004)" in verdict
-    assert edge_check_verdict(runs, (1e-3, 2e-3, 4e-3)).startswith("No rates past")
-
-
-def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_path):
-    # No tuning of its own: the committed grid's validation runs choose its rates, so a
-    # store holding them yields the long grid's final runs at those rates, test read once.
-    assert st.tuning_grid("long") == st.tuning_grid("committed")
-    store = RunStore(tmp_path)
-    assert st.grid("long", store=store) == st.tuning_grid("committed")  # nothing tuned yet
-    lrs = {st.variant_key(c): 1e-3 * (i + 1) for i, c in enumerate(st.tuning_grid("committed"))}
-    final = st.final_grid("long", lrs)
-    spec = grids.GRIDS["long"]
-    assert {grids.part(c) for c in final} == {"main"}
-    assert len(final) == len(spec["main"]) * len(spec["seeds"])
-    assert sorted({c.seed for c in final}) == list(spec["seeds"])
-    assert all(c.read_test and c.recipe.lr == lrs[st.variant_key(c)] for c in final)
-    assert {c.recipe.max_steps for c in final} == {spec["recipe"]["max_steps"]}
-    with pytest.raises(ValueError, match=r"grid='nope' is not allowed; choose one of"):
-        st.tuning_grid("nope")
-    with pytest.raises(ValueError, match=r"grid='quick' is not allowed; choose one of"):
-        st.export([], grid="quick")
 
 
 def test_budget_table_reads_when_each_run_first_reached_the_target():
@@ -288,21 +175,28 @@ def test_intervals_and_differences():
     assert d == pytest.approx(1.0) and lo > 0.5 and hi < 1.5 and n == 3
 
 
-def test_precision_verdict_compares_each_variant_with_its_float32_runs():
+def test_precision_verdict_pairs_each_bfloat16_run_with_float32_on_its_seed():
     def runs(variant, precision, values):
         return pd.DataFrame({"variant": variant, "precision": precision, "test_bpc": values,
-                             "part": "stability" if precision == "bfloat16" else "main",
-                             "fraction": 1.0, "tuning": False})  # fmt: skip
+                             "seed": range(len(values)), "fraction": 1.0, "tuning": False,
+                             "part": "stability" if precision == "bfloat16" else "main"})  # fmt: skip
 
+    # float32 on 5 seeds, bfloat16 on the first 3: seeds 3 and 4 have no pair and stay out
     summary = pd.concat([
-        runs("dot", "float32", [2.00, 2.01, 1.99]), runs("dot", "bfloat16", [2.01, 1.99, 2.00]),
-        runs("dense", "float32", [2.40, 2.41, 2.39]), runs("dense", "bfloat16", [2.6, 2.61, 2.59]),
+        runs("dot", "float32", [2.00, 2.01, 1.99, 5.0, 5.0]),
+        runs("dot", "bfloat16", [2.01, 1.99, 2.00]),
+        runs("dense", "float32", [2.40, 2.45, 2.35, 0.0, 0.0]),
+        runs("dense", "bfloat16", [2.60, 2.65, 2.55]),
         runs("dot", "float32", [9.0]).assign(fraction=0.01, part="low data"),  # not compared
     ])  # fmt: skip
     verdict = precision_verdict(summary)
-    assert "dot +0.000 [" in verdict and "(n=3): no difference shown" in verdict
-    assert "dense +0.200 [+0.1" in verdict and verdict.endswith("(n=3): worse")
+    assert "paired t" in verdict
+    assert "dot +0.000 [" in verdict and "(n=3 seeds): no difference shown" in verdict
+    # the same +0.2 on every seed: an unpaired test would see the seeds' spread instead
+    assert "dense +0.200 [+0.200, +0.200] (n=3 seeds): worse" in verdict
     assert precision_verdict(summary[summary["precision"] == "float32"]).startswith("No bfloat16")
+    one = summary[(summary["precision"] == "float32") | (summary["seed"] == 0)]
+    assert "(n=1, no interval)" in precision_verdict(one)
 
 
 def test_findings_compare_each_matroidal_form_with_dot():

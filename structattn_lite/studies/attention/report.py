@@ -125,7 +125,7 @@ def grid_caption(summary: pd.DataFrame, sweep=None) -> str:
     swept = tun["lr"].isin(sweep) if sweep is not None else tun["lr"].notna()
     rates = "/".join(f"{v:g}" for v in sorted(tun.loc[swept, "lr"].unique()))
     past = "/".join(f"{v:g}" for v in sorted(tun.loc[~swept, "lr"].unique()))
-    edge = f"; rates {past} checked past the sweep's edge after the finals" if past else ""
+    edge = f"; rates {past} checked past the sweep's edge (never chosen)" if past else ""
     steps = {
         what: "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
         for what, g in tun.groupby(tun["dataset"].isin(["digits", "cifar10"]).map(
@@ -136,6 +136,25 @@ def grid_caption(summary: pd.DataFrame, sweep=None) -> str:
         "; ".join(parts)
         + f"; {model}; rates {rates} tuned per variant on validation ({over}){edge}; "
         + "test read once per final run"
+    )
+
+
+def rate_drift(summary: pd.DataFrame, source: pd.DataFrame | None) -> str:
+    """In words, when a grid that keeps another grid's rates (``rates_from``) was trained at
+    rates that grid no longer chooses: each variant's rate in ``summary`` against the rate
+    of its main-comparison finals in ``source``. Empty when they agree."""
+    if source is None:
+        return ""
+    now = finals(source)
+    now = now[now["part"] == "main"].groupby("variant")["lr"].first()
+    ran = finals(summary).groupby("variant")["lr"].first()
+    moved = [(v, lr, now[v]) for v, lr in ran.items() if v in now and not np.isclose(lr, now[v])]
+    if not moved:
+        return ""
+    pairs = "; ".join(f"{v} ran at {lr:g}, now {new:g}" for v, lr, new in moved)
+    return (
+        f"These runs predate the committed grid's current rates ({pairs}): their rates "
+        "came from an earlier sweep, and rerunning this grid trains at the current ones."
     )
 
 
@@ -297,24 +316,29 @@ def low_data_verdict(summary: pd.DataFrame, structured: str = "matroidal m=2d") 
 
 
 def precision_verdict(summary: pd.DataFrame) -> str:
-    """What bfloat16 autocast costs each variant of the stability part: its test bpc
-    minus the same variant's float32 runs in the main part (95% Welch t over seeds)."""
+    """What bfloat16 autocast costs each variant of the stability part: its test bpc minus
+    the same variant's float32 run of the main part on the same seed (same initialisation
+    and data order), as a 95% paired t interval over those seeds."""
     sub = finals(summary)
     sub = sub[sub["part"].isin(["main", "stability"]) & (sub["fraction"] == 1.0)]
     lines = []
     for variant in sub[sub["precision"] == "bfloat16"]["variant"].unique():
-        runs = sub[sub["variant"] == variant]
-        d, lo, hi, n = difference(runs[runs["precision"] == "float32"]["test_bpc"],
-                                  runs[runs["precision"] == "bfloat16"]["test_bpc"])  # fmt: skip
-        if math.isnan(lo):
+        runs = sub[sub["variant"] == variant].pivot_table(
+            index="seed", columns="precision", values="test_bpc"
+        )
+        diffs = (runs["bfloat16"] - runs["float32"]).dropna()
+        d, n = float(diffs.mean()), len(diffs)
+        if n < 2:
             lines.append(f"{variant} {d:+.3f} (n={n}, no interval)")
             continue
+        half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * diffs.std(ddof=1) / math.sqrt(n)
+        lo, hi = d - half, d + half
         word = "worse" if lo > 0 else "better" if hi < 0 else "no difference shown"
-        lines.append(f"{variant} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n}): {word}")
+        lines.append(f"{variant} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n} seeds): {word}")
     if not lines:
         return "No bfloat16 runs: the stability part was not run."
-    return ("bfloat16 autocast minus float32, test bpc (95% Welch t over seeds; positive: "
-            "bfloat16 worse): " + "; ".join(lines))  # fmt: skip
+    return ("bfloat16 autocast minus float32 on the same seed, test bpc (95% paired t over "
+            "seeds; positive: bfloat16 worse): " + "; ".join(lines))  # fmt: skip
 
 
 def _edge_verdict(low, full) -> str:

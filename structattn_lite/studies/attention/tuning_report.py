@@ -4,15 +4,20 @@ rate it keeps, and whether rates past the sweep's edge would have done better.
 A grid's ``lrs`` are its sweep: each variant keeps the rate with the best validation
 number among them (``experiment.choose_lrs``). A grid's ``edge_lrs`` are tuning runs
 on the same terms at rates past the sweep, trained after the finals; they never change
-the rate a variant keeps, they say whether the sweep's edge capped it.
+the rate a variant keeps, they say whether the sweep's edge capped it. Whether the rate a
+short tuning schedule chose also wins over the finals' full budget is read from the final
+runs of two sweeps (``rate_transfer_table``).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
-from structattn_lite.studies.attention.grids import IMAGE_DATASETS
+from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, IMAGE_DATASETS
+from structattn_lite.studies.attention.report import difference, interval
 
 
 def _validation(summary: pd.DataFrame) -> pd.DataFrame:
@@ -99,3 +104,84 @@ def edge_check_verdict(summary: pd.DataFrame, sweep) -> str:
         + ". Where they do, that variant's final runs are at a rate below its best on "
         "validation, and its verdicts hold at the kept rate only." + still
     )
+
+
+# --- does the short schedule's choice hold at the full budget? -------------------------
+
+
+def load_first_sweep() -> pd.DataFrame | None:
+    """The committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
+    the sweep was widened: its final runs are the full-budget numbers at that rate."""
+    from structattn_lite.config import results_dir
+
+    path = results_dir() / FIRST_SWEEP_CSV
+    return pd.read_csv(path) if path.exists() else None
+
+
+def rate_transfer_table(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
+    """Per variant of the main comparison: full-budget validation bpc of the final runs at
+    the first sweep's rate and at the rate the current sweep keeps (mean ± 95% t over
+    seeds), and the difference (current minus first, 95% Welch t; negative: the current
+    rate is better). Reads validation only, as the choice did."""
+    old, new = (s[~s["tuning"].astype(bool) & (s["part"] == "main")] for s in (first, current))
+    rows = []
+    for variant, now in new.groupby("variant", sort=False):
+        before = old[old["variant"] == variant]
+        if before.empty:
+            continue
+        d, lo, hi, n = difference(before["val_bpc"], now["val_bpc"])
+        lr_old, lr_new = before["lr"].iloc[0], now["lr"].iloc[0]
+        if np.isclose(lr_old, lr_new):
+            word = "same rate"
+        elif math.isnan(lo):
+            word = "no interval"
+        else:
+            word = f"{lr_new:g} better" if hi < 0 else f"{lr_old:g} better" if lo > 0 else "no difference shown"  # fmt: skip
+        rows.append({
+            "variant": variant, "first sweep: rate": f"{lr_old:g}",
+            "first sweep: val bpc": interval(before["val_bpc"]), "current: rate": f"{lr_new:g}",
+            "current: val bpc": interval(now["val_bpc"]),
+            "current minus first": f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n})",
+            "on validation": word,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def rate_transfer_verdict(table: pd.DataFrame, current: pd.DataFrame) -> str:
+    """In words: for which variants the rate chosen over the short tuning schedule also
+    does better on validation over the finals' budget (both read from ``current``)."""
+    if table.empty:
+        return "No final runs at both rates to compare."
+    text = current[~current["dataset"].isin(IMAGE_DATASETS)]
+    tuned = text["tuning"].astype(bool)
+    steps, tune_steps = (int(text.loc[rows, "max_steps"].max()) for rows in (~tuned, tuned))
+    moved = table[table["on validation"] != "same rate"]
+    word = moved["on validation"]
+    better = moved[word == moved["current: rate"] + " better"]["variant"].tolist()
+    worse = moved[word == moved["first sweep: rate"] + " better"]["variant"].tolist()
+    unclear = moved[~moved["variant"].isin(better + worse)]["variant"].tolist()
+    return (
+        f"Over the finals' {steps:,} steps, the rate the {tune_steps}-step tuning runs chose "
+        f"did better on validation than the first sweep's for {len(better)} of {len(moved)} "
+        f"variants ({', '.join(better) or 'none'}), worse for {len(worse)} "
+        f"({', '.join(worse) or 'none'}), and no difference was shown for {len(unclear)} "
+        f"({', '.join(unclear) or 'none'}) (95% Welch t over seeds). Where it did worse, the "
+        "short schedule's choice does not carry over to the full budget, and that variant's "
+        "committed finals are not at its best rate known on validation."
+    )
+
+
+def best_known(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
+    """The main comparison's final runs of each variant at the better of its two sweeps'
+    rates on validation (lower mean validation bpc over seeds), with a ``sweep`` column
+    ("first" or "current"): the most tuned numbers the records hold, chosen without the
+    test split."""
+    old, new = (s[~s["tuning"].astype(bool) & (s["part"] == "main")] for s in (first, current))
+    chosen = []
+    for variant, now in new.groupby("variant", sort=False):
+        before = old[old["variant"] == variant]
+        if len(before) and before["val_bpc"].mean() < now["val_bpc"].mean():
+            chosen.append(before.assign(sweep="first"))
+        else:
+            chosen.append(now.assign(sweep="current"))
+    return pd.concat(chosen, ignore_index=True) if chosen else new.assign(sweep=[])

@@ -1,0 +1,204 @@
+"""The attention study's tuning: rates chosen on validation only, the grids it expands to,
+the edge check past the sweep, and whether a sweep's choice holds at the full budget."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from test_attention_study import TINY, _garbage_test_split
+
+from structattn_lite.config import PROFILES
+from structattn_lite.data import fallback_corpus
+from structattn_lite.records import RunStore
+from structattn_lite.studies.attention import experiment as st
+from structattn_lite.studies.attention import grids
+from structattn_lite.studies.attention import tuning_report as tr
+from structattn_lite.studies.attention.report import rate_drift
+from structattn_lite.studies.attention.tuning_report import edge_check_verdict, tuning_table
+
+
+def test_tuning_never_reads_the_test_split():
+    corpus = fallback_corpus()
+    configs = [st.with_recipe(st.Config(kind=k, **TINY), lr=lr)
+               for k in ("dot", "matroidal") for lr in (1e-3, 1e-2)]  # fmt: skip
+    clean = [st.run(c, progress=False, corpus=corpus) for c in configs]
+    doctored = [st.run(c, progress=False, corpus=_garbage_test_split(corpus)) for c in configs]
+    assert st.choose_lrs(doctored) == st.choose_lrs(clean)
+    learning = ["step", "lr", "train_loss", "val_bpc"]  # all but the clock columns
+    assert all(
+        r.history[learning].equals(s.history[learning])
+        for r, s in zip(clean, doctored, strict=True)
+    )
+    final = st.replace(configs[0], read_test=True)  # a final run does read it, at the end
+    with pytest.raises(IndexError):
+        st.run(final, progress=False, corpus=_garbage_test_split(corpus))
+
+
+def test_choose_lrs_takes_the_best_validation_rate_per_variant():
+    runs = [st.run(st.with_recipe(st.Config(kind="dot", **TINY), lr=lr), progress=False)
+            for lr in (1e-4, 1e-2)]  # fmt: skip
+    best = min(runs, key=lambda r: r.history["val_bpc"].min())
+    assert st.choose_lrs(runs) == {st.variant_key(runs[0].config): best.config["recipe"]["lr"]}
+
+
+def test_grids_have_every_part_and_fair_tuning(tmp_path):
+    for name in grids.GRIDS:
+        configs = grids.variant_configs(name, st.Config, "ptb")
+        parts = {grids.part(c) for c in configs}
+        assert "main" in parts and len(configs) == len(set(map(st.Config.__hash__, configs)))
+        assert "digits" in parts or name not in PROFILES
+    committed = grids.variant_configs("committed", st.Config, "ptb")
+    assert {grids.part(c) for c in committed} == {"main", "low data", "stability", "digits"}
+    # The committed grid tunes each variant on validation over its shorter tune_recipe and
+    # trains the final runs over the full recipe; images keep their own recipe for both.
+    spec = grids.GRIDS["committed"]
+    tuning = st.tuning_grid("committed")
+    text_tuning = [c for c in tuning if c.dataset not in st.IMAGE_DATASETS]
+    assert {c.recipe.max_steps for c in text_tuning} == {spec["tune_recipe"]["max_steps"]}
+    final = st.final_grid("committed", {st.variant_key(c): 1e-3 for c in tuning})
+    assert {c.recipe.max_steps for c in final if grids.part(c) == "main"} == {
+        spec["recipe"]["max_steps"]
+    }
+    assert not any(c.read_test for c in tuning) and all(c.read_test for c in final)
+    # the main comparison on every seed, the other parts on part_seeds (the first ones)
+    assert {c.seed for c in final if grids.part(c) == "main"} == set(spec["seeds"])
+    part_seeds = spec.get("part_seeds", spec["seeds"])
+    assert tuple(spec["seeds"][: len(part_seeds)]) == tuple(part_seeds)
+    for secondary in ("stability", "low data"):
+        assert {c.seed for c in final if grids.part(c) == secondary} == set(part_seeds)
+    # the smallest fraction and stability take turns seed by seed, then the larger
+    # fractions: a sweep cut short has the low-data verdict's runs and stability first
+    tail = [c for c in final if grids.part(c) in ("stability", "low data")]
+    smallest = min(spec["fractions"])
+    first = [c for c in tail if c.data_fraction in (smallest, 1.0)]
+    assert tail[: len(first)] == first
+    assert [c.seed for c in first] == sorted(c.seed for c in first)
+    labels = {st.variant_label(c) for c in committed}
+    assert {
+        "matroidal m=1d",
+        "matroidal m=4d",
+        "dense (sep q/k)",
+        "matroidal m=2d (sep q/k)",
+    } <= labels
+    tuning = st.tuning_grid("quick")
+    assert not any(c.read_test for c in tuning) and len({c.seed for c in tuning}) == 1
+    assert len(tuning) == len({st.variant_key(c) for c in tuning}) * len(
+        grids.GRIDS["quick"]["lrs"]
+    )
+    assert st.grid("quick", store=RunStore(tmp_path)) == tuning  # nothing tuned yet
+    lrs = {st.variant_key(c): 1e-3 for c in tuning}
+    final = st.final_grid("quick", lrs)
+    assert all(c.read_test and c.recipe.lr == 1e-3 for c in final)
+
+
+def test_the_edge_check_tunes_past_the_sweep_and_never_enters_the_choice(monkeypatch):
+    # the committed grid with a rate past its sweep's top (a grid may leave it out)
+    spec = {**grids.GRIDS["committed"], "edge_lrs": (9.6e-2,)}
+    monkeypatch.setitem(grids.GRIDS, "committed", spec)
+    edge, tuning = st.edge_grid("committed"), st.tuning_grid("committed")
+    assert len(edge) == len(tuning) // len(spec["lrs"])
+    assert {c.recipe.lr for c in edge} == set(spec["edge_lrs"]) and not any(
+        c.read_test for c in edge
+    )
+    assert min(spec["edge_lrs"]) > max(spec["lrs"])
+    # the same tuning runs but for the rate, so a wider sweep later reuses them from the store
+    assert [st.with_recipe(c, lr=spec["lrs"][0]) for c in edge[:: len(spec["edge_lrs"])]] == [
+        c for c in tuning if c.recipe.lr == spec["lrs"][0]
+    ]
+    assert st.edge_grid("long") == [] and st.edge_grid("quick") == []
+    # A rate past the sweep beating the kept one is reported; the * stays on the sweep.
+    runs = pd.DataFrame({
+        "tuning": True, "dataset": "ptb", "variant": ["dot"] * 3 + ["dense"] * 3,
+        "lr": [1e-3, 2e-3, 4e-3] * 2, "val_bpc": [3.0, 2.9, 2.5, 2.8, 2.9, 3.1], "val_loss": 0.0,
+        "read_test": False, "max_steps": 6,
+    })  # fmt: skip
+    table = tuning_table(runs, sweep=(1e-3, 2e-3)).set_index("variant")
+    assert table.loc["dot", 2e-3] == "2.900*" and table.loc["dot", 4e-3] == "2.500"
+    assert table.loc["dot", "past the edge (check)"] == "0.004 better by 0.400"
+    assert table.loc["dense", "past the edge (check)"] == "choice holds"
+    assert "past the edge (check)" not in tuning_table(runs)  # every rate is the sweep
+    verdict = edge_check_verdict(runs, (1e-3, 2e-3))
+    assert "ptb: 1 of 2 variants (by 0.400 val bpc)" in verdict
+    assert "For 1 of them the best is the highest rate checked (0.004)" in verdict
+    assert edge_check_verdict(runs, (1e-3, 2e-3, 4e-3)).startswith("No rates past")
+
+
+def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_path):
+    # No tuning of its own: the committed grid's validation runs choose its rates, so a
+    # store holding them yields the long grid's final runs at those rates, test read once.
+    assert st.tuning_grid("long") == st.tuning_grid("committed")
+    store = RunStore(tmp_path)
+    assert st.grid("long", store=store) == st.tuning_grid("committed")  # nothing tuned yet
+    lrs = {st.variant_key(c): 1e-3 * (i + 1) for i, c in enumerate(st.tuning_grid("committed"))}
+    final = st.final_grid("long", lrs)
+    spec = grids.GRIDS["long"]
+    assert {grids.part(c) for c in final} == {"main"}
+    assert len(final) == len(spec["main"]) * len(spec["seeds"])
+    assert sorted({c.seed for c in final}) == list(spec["seeds"])
+    assert all(c.read_test and c.recipe.lr == lrs[st.variant_key(c)] for c in final)
+    assert {c.recipe.max_steps for c in final} == {spec["recipe"]["max_steps"]}
+    with pytest.raises(ValueError, match=r"grid='nope' is not allowed; choose one of"):
+        st.tuning_grid("nope")
+    with pytest.raises(ValueError, match=r"grid='quick' is not allowed; choose one of"):
+        st.export([], grid="quick")
+
+
+def test_rate_drift_names_runs_trained_at_rates_their_source_grid_no_longer_chooses():
+    def runs(rates, part="main"):
+        return pd.DataFrame({"variant": list(rates), "lr": list(rates.values()),
+                             "tuning": False, "part": part})  # fmt: skip
+
+    long = runs({"dot": 6e-3, "matroidal m=2d": 6e-3})
+    assert rate_drift(long, runs({"dot": 6e-3, "matroidal m=2d": 6e-3})) == ""
+    assert rate_drift(long, None) == ""
+    text = rate_drift(long, pd.concat([runs({"dot": 2.4e-2}), runs({"matroidal m=2d": 6e-3}),
+                                       runs({"matroidal m=2d": 1e-3}, "low data")]))  # fmt: skip
+    assert "dot ran at 0.006, now 0.024" in text and "matroidal" not in text
+
+
+def test_rate_transfer_reads_the_finals_validation_at_both_sweeps_rates():
+    def finals_at(lr, vals):
+        rows = [{"variant": v, "lr": lr, "val_bpc": x + 0.01 * s, "test_bpc": 9.9, "seed": s,
+                 "part": "main", "tuning": False, "dataset": "ptb", "max_steps": 1000}
+                for v, x in vals.items() for s in range(3)]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    first = finals_at(6e-3, {"dot": 2.0, "dense": 2.4, "matroidal m=2d": 2.5})
+    tuning_row = {"variant": "dense", "lr": 6e-3, "val_bpc": 0.0, "part": "main", "tuning": True,
+                  "dataset": "ptb", "max_steps": 600}  # fmt: skip
+    first = pd.concat([first, pd.DataFrame([tuning_row])])  # tuning runs never enter
+    current = pd.concat([
+        finals_at(4.8e-2, {"dot": 2.1}), finals_at(2.4e-2, {"dense": 2.1}),
+        finals_at(6e-3, {"matroidal m=2d": 2.5}),
+        finals_at(6e-3, {"low-data only": 2.0}).assign(part="low data"),
+        pd.DataFrame([tuning_row]), pd.DataFrame([{**tuning_row, "dataset": "digits", "max_steps": 9}]),
+    ])  # fmt: skip
+    table = tr.rate_transfer_table(first, current).set_index("variant")
+    assert list(table.index) == ["dot", "dense", "matroidal m=2d"]
+    assert table.loc["dot", "on validation"] == "0.006 better"
+    assert table.loc["dense", "on validation"] == "0.024 better"
+    assert table.loc["dense", "current minus first"].startswith("-0.300 [")
+    assert table.loc["matroidal m=2d", "on validation"] == "same rate"
+    verdict = tr.rate_transfer_verdict(table.reset_index(), current)
+    assert verdict.startswith("Over the finals' 1,000 steps, the rate the 600-step tuning runs")
+    assert "better on validation than the first sweep's for 1 of 2 variants (dense)" in verdict
+    assert "worse for 1 (dot)" in verdict and "no difference was shown for 0" in verdict
+    assert tr.rate_transfer_verdict(pd.DataFrame(), current).startswith("No final runs")
+
+
+def test_best_known_keeps_each_variant_at_its_better_rate_on_validation():
+    def finals_at(lr, variant, val, test):
+        return pd.DataFrame({"variant": variant, "lr": lr, "val_bpc": [val, val + 0.02],
+                             "test_bpc": test, "part": "main", "tuning": False})  # fmt: skip
+
+    first = pd.concat([finals_at(6e-3, "dot", 2.00, 9.0), finals_at(6e-3, "dense", 2.40, 1.0)])
+    current = pd.concat([
+        finals_at(4.8e-2, "dot", 2.10, 1.0), finals_at(2.4e-2, "dense", 2.10, 9.0),
+        finals_at(1.2e-2, "new only", 2.0, 5.0), finals_at(1e-3, "dot", 0.1, 0.1).assign(tuning=True),
+    ])  # fmt: skip
+    best = tr.best_known(first, current)
+    # validation decides, whatever the test numbers say; tuning runs never enter
+    assert best.groupby("variant", sort=False)["lr"].first().to_dict() == {
+        "dot": 6e-3, "dense": 2.4e-2, "new only": 1.2e-2}  # fmt: skip
+    assert list(best["sweep"].unique()) == ["first", "current"]
+    assert set(best["test_bpc"]) == {9.0, 5.0} and len(best) == 6
