@@ -51,7 +51,7 @@ GRIDS: dict[str, dict[str, Any]] = {
         "digits_model": _DIGITS, "digits_recipe": {**_DIGITS_RECIPE, "max_steps": 200},
     },
     # committed: the grids whose records ship in data/results, sized to what the cores
-    # could finish in one session (about 4.5 core-hours). Final runs: 1,000 steps (about
+    # could finish in one session (about 4 core-hours). Final runs: 1,000 steps (about
     # 4M characters, 0.8 of a pass over the text): all seven variants on 5 seeds; low
     # data (1% of the text only) and bfloat16 on one seed (``part_seeds``: what was left
     # after the widened sweep and the main comparison; the first sweep's finals, kept in
