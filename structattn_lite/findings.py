@@ -98,18 +98,16 @@ def _attention() -> str:
             " Each variant at the better of its two full-budget rates on validation ("
             + ", ".join(f"{v} {lr:g}" for v, lr in picked.items())
             + "): "
-            + "; ".join(line for line in report.findings(best).splitlines() if "bpc, " in line)
+            + "; ".join(report.contrasts(best))
             + "."
         )
         low += (
             " At the first sweep's rate (every variant at 0.006): "
             f"{report.low_data_verdict(first).splitlines()[0]} {report.precision_verdict(first)}."
         )
-    # the contrasts the study was built for (test bpc differences), not the counters
-    contrasts = [line for line in report.findings(summary).splitlines() if "bpc, " in line]
     return (
         "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
-        f"interval over seeds).** {cells('main')}. {'; '.join(contrasts)}. Under bfloat16 autocast: "
+        f"interval over seeds).** {cells('main')}. {'; '.join(report.contrasts(summary))}. Under bfloat16 autocast: "
         f"{cells('stability')}. {report.precision_verdict(summary).rstrip('.')}. "
         f"Digits (test accuracy): {cells('digits', 'test acc')}. "
         f"{low} {edge} Grid: {report.grid_caption(summary, GRIDS['committed']['lrs'])}."

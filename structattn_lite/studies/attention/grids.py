@@ -58,12 +58,12 @@ GRIDS: dict[str, dict[str, Any]] = {
     # ``FIRST_SWEEP_CSV``, have both on 5 seeds and 10% too). Each variant's rate is
     # chosen on validation over a shorter 600-step schedule (``tune_recipe``), which is
     # what fits; the rate a short schedule prefers may not be the best at 1,000. A first
-    # sweep at
-    # {0.003, 0.006} had every variant at its top, and 0.012 and 0.024 then beat 0.006 on
-    # every text variant, so the sweep now spans 0.006-0.048. No ``edge_lrs`` (rates past
-    # the top, trained after the finals, never entering the choice) this time: the finals
-    # of both sweeps showed the 600-step schedule's choice is not the full budget's for dot
-    # (``tuning_report.rate_transfer_table``), so the cores went to the finals instead.
+    # sweep at {0.003, 0.006} had every variant at its top, and 0.012 and 0.024 then beat
+    # 0.006 on every text variant, so the sweep now spans 0.006-0.048. No ``edge_lrs``
+    # (rates past the top, trained after the finals, never entering the choice) this
+    # time: the finals of both sweeps showed the 600-step schedule's choice is not the
+    # full budget's for dot (``tuning_report.rate_transfer_table``), so the cores went
+    # to the finals instead.
     "committed": {
         "seeds": (0, 1, 2, 3, 4), "lrs": (6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
         "main": MAIN_VARIANTS, "part_seeds": (0,),

@@ -145,8 +145,7 @@ def rate_drift(summary: pd.DataFrame, source: pd.DataFrame | None) -> str:
     of its main-comparison finals in ``source``. Empty when they agree."""
     if source is None:
         return ""
-    now = finals(source)
-    now = now[now["part"] == "main"].groupby("variant")["lr"].first()
+    now = main_finals(source).groupby("variant")["lr"].first()
     ran = finals(summary).groupby("variant")["lr"].first()
     moved = [(v, lr, now[v]) for v, lr in ran.items() if v in now and not np.isclose(lr, now[v])]
     if not moved:
@@ -217,6 +216,12 @@ def difference(a, b) -> tuple[float, float, float, int]:
 def finals(summary: pd.DataFrame) -> pd.DataFrame:
     """The final runs (tuning runs left out) that finished."""
     return summary[~summary["tuning"].astype(bool)]
+
+
+def main_finals(summary: pd.DataFrame) -> pd.DataFrame:
+    """The final runs of the main comparison."""
+    fin = finals(summary)
+    return fin[fin["part"] == "main"]
 
 
 def floor_rows(floors: dict[str, dict[str, float]] | None) -> pd.DataFrame:
@@ -352,16 +357,12 @@ def _edge_verdict(low, full) -> str:
     return "DID NOT HOLD at this budget"
 
 
-def findings(summary: pd.DataFrame) -> str:
-    """The comparisons the study was built for, in sentences, from the main part."""
-    main = finals(summary)
-    main = main[main["part"] == "main"]
-    if not len(main):
-        return "No final runs of the main comparison."
-    g = main.groupby("variant", sort=False)
-    mean, n = g["test_bpc"].mean(), g["test_bpc"].count()
-    best = mean.idxmin()
-    out = [f"lowest test bpc: {best} ({mean.min():.3f}, n={n[best]})"]
+def contrasts(summary: pd.DataFrame) -> list[str]:
+    """The comparisons the study was built for (test bpc differences of the main part,
+    95% Welch t), one sentence each."""
+    main = main_finals(summary)
+    mean = main.groupby("variant", sort=False)["test_bpc"].mean()
+    out = []
     for a, b, what in [
         ("matroidal m=2d", "dense", "matroidal vs dense, both with the seed's shared projection"),
         ("matroidal m=2d (sep q/k)", "matroidal m=2d", "separate q/k vs shared z (matroidal)"),
@@ -378,6 +379,18 @@ def findings(summary: pd.DataFrame) -> str:
                 else f"95% Welch t [{lo:+.3f}, {hi:+.3f}]"
             )
             out.append(f"{what}: {d:+.3f} bpc, {ci}, n={k} (positive: {a} better)")
+    return out
+
+
+def findings(summary: pd.DataFrame) -> str:
+    """The comparisons the study was built for, in sentences, from the main part."""
+    main = main_finals(summary)
+    if not len(main):
+        return "No final runs of the main comparison."
+    g = main.groupby("variant", sort=False)
+    mean, n = g["test_bpc"].mean(), g["test_bpc"].count()
+    best = mean.idxmin()
+    out = [f"lowest test bpc: {best} ({mean.min():.3f}, n={n[best]})", *contrasts(summary)]
     sat = main.groupby("variant", sort=False).apply(
         lambda x: x["fast_saturated_rows"].sum() / max(x["fast_rows"].sum(), 1)
     )

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, IMAGE_DATASETS
-from structattn_lite.studies.attention.report import difference, interval
+from structattn_lite.studies.attention.report import difference, interval, main_finals
 
 
 def _validation(summary: pd.DataFrame) -> pd.DataFrame:
@@ -123,7 +123,7 @@ def rate_transfer_table(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFr
     the first sweep's rate and at the rate the current sweep keeps (mean ± 95% t over
     seeds), and the difference (current minus first, 95% Welch t; negative: the current
     rate is better). Reads validation only, as the choice did."""
-    old, new = (s[~s["tuning"].astype(bool) & (s["part"] == "main")] for s in (first, current))
+    old, new = main_finals(first), main_finals(current)
     rows = []
     for variant, now in new.groupby("variant", sort=False):
         before = old[old["variant"] == variant]
@@ -176,7 +176,7 @@ def best_known(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
     rates on validation (lower mean validation bpc over seeds), with a ``sweep`` column
     ("first" or "current"): the most tuned numbers the records hold, chosen without the
     test split."""
-    old, new = (s[~s["tuning"].astype(bool) & (s["part"] == "main")] for s in (first, current))
+    old, new = main_finals(first), main_finals(current)
     chosen = []
     for variant, now in new.groupby("variant", sort=False):
         before = old[old["variant"] == variant]
