@@ -87,7 +87,21 @@ def _attention() -> str:
         table = report.measurement_table(summary, which)
         return "; ".join(f"{r['variant']} {r[column]}" for _, r in table.iterrows()) or "no runs"
 
-    low = report.low_data_verdict(summary).splitlines()[0]
+    def low_data(runs) -> str:  # the verdict against each rival, with its smallest fraction's edge
+        edges = report.low_data_edges(runs)
+        if not edges:
+            return "not tested (one fraction of the text)"
+        words = []
+        for rival, (verdict, res) in edges.items():
+            f, (d, lo, hi, n) = next(iter(res.items()))
+            words.append(f"against {rival} {verdict} ({d:+.3f} [{lo:+.3f}, {hi:+.3f}] at {f:.0%} of the text, n={n})")  # fmt: skip
+        return "; ".join(words)
+
+    low = (
+        "Low-data hypothesis (matroidal m=2d's edge in test bpc at the smallest fraction of "
+        "the text against its edge on all of it; 95% Welch t over seeds): at the committed "
+        f"rates, {low_data(summary)}"
+    )
     edge = edge_check_verdict(summary, GRIDS["committed"]["lrs"])
     first = load_first_sweep()
     if first is not None:
@@ -101,10 +115,14 @@ def _attention() -> str:
             + "; ".join(report.contrasts(best))
             + "."
         )
+        low_best = best_known(first, summary, parts=("main", "low data"))
         low += (
-            " At the first sweep's rate (every variant at 0.006): "
-            f"{report.low_data_verdict(first).splitlines()[0]} {report.precision_verdict(first)}."
+            f"; at each variant's better rate on validation, fraction by fraction, "
+            f"{low_data(low_best)}; at the first sweep's rate (every variant at 0.006), "
+            f"{low_data(first)}. At the first sweep's rate, {report.precision_verdict(first)}."
         )
+    else:
+        low += "."
     return (
         "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
         f"interval over seeds).** {cells('main')}. {'; '.join(report.contrasts(summary))}. Under bfloat16 autocast: "

@@ -202,3 +202,20 @@ def test_best_known_keeps_each_variant_at_its_better_rate_on_validation():
         "dot": 6e-3, "dense": 2.4e-2, "new only": 1.2e-2}  # fmt: skip
     assert list(best["sweep"].unique()) == ["first", "current"]
     assert set(best["test_bpc"]) == {9.0, 5.0} and len(best) == 6
+
+
+def test_best_known_chooses_per_fraction_for_the_low_data_part():
+    def runs(lr, variant, fraction, val, part="low data", precision="float32"):
+        return pd.DataFrame({"variant": variant, "lr": lr, "fraction": fraction, "val_bpc": [val, val],
+                             "test_bpc": 3.0, "part": part, "precision": precision, "tuning": False})  # fmt: skip
+
+    first = pd.concat([runs(6e-3, "dot", 0.01, 3.0), runs(6e-3, "dot", 1.0, 2.0, "main"),
+                       runs(6e-3, "dot", 1.0, 1.0, "stability", "bfloat16")])  # fmt: skip
+    current = pd.concat([runs(4.8e-2, "dot", 0.01, 2.5), runs(4.8e-2, "dot", 1.0, 2.2, "main"),
+                         runs(4.8e-2, "dot", 1.0, 0.5, "stability", "bfloat16")])  # fmt: skip
+    best = tr.best_known(first, current, parts=("main", "low data"))
+    # each fraction picks its own rate on validation; bfloat16 runs never enter
+    rates = best.groupby("fraction")["lr"].first().to_dict()
+    assert rates == {0.01: 4.8e-2, 1.0: 6e-3}
+    assert set(best["precision"]) == {"float32"} and len(best) == 4
+    assert set(tr.best_known(first, current)["part"]) == {"main"}

@@ -51,23 +51,22 @@ GRIDS: dict[str, dict[str, Any]] = {
         "digits_model": _DIGITS, "digits_recipe": {**_DIGITS_RECIPE, "max_steps": 200},
     },
     # committed: the grids whose records ship in data/results, sized to what the cores
-    # could finish in one session (about 4 core-hours). Final runs: 1,000 steps (about
-    # 4M characters, 0.8 of a pass over the text): all seven variants on 5 seeds; low
-    # data (1% of the text only) and bfloat16 on one seed (``part_seeds``: what was left
-    # after the widened sweep and the main comparison; the first sweep's finals, kept in
-    # ``FIRST_SWEEP_CSV``, have both on 5 seeds and 10% too). Each variant's rate is
-    # chosen on validation over a shorter 600-step schedule (``tune_recipe``), which is
-    # what fits; the rate a short schedule prefers may not be the best at 1,000. A first
-    # sweep at {0.003, 0.006} had every variant at its top, and 0.012 and 0.024 then beat
-    # 0.006 on every text variant, so the sweep now spans 0.006-0.048. No ``edge_lrs``
+    # could finish (about 4 core-hours in one session, then 2.5 more in the next for the
+    # parts). Final runs: 1,000 steps (about 4M characters, 0.8 of a pass over the text):
+    # all seven variants, low data (1% and 10% of the text) and bfloat16, each on 5 seeds.
+    # Each variant's rate is chosen on validation over a shorter 600-step schedule
+    # (``tune_recipe``), which is what fits; the rate a short schedule prefers may not be
+    # the best at 1,000. A first sweep at {0.003, 0.006} had every variant at its top, and
+    # 0.012 and 0.024 then beat 0.006 on every text variant, so the sweep now spans
+    # 0.006-0.048; that sweep's finals are kept in ``FIRST_SWEEP_CSV``. No ``edge_lrs``
     # (rates past the top, trained after the finals, never entering the choice) this
     # time: the finals of both sweeps showed the 600-step schedule's choice is not the
     # full budget's for dot (``tuning_report.rate_transfer_table``), so the cores went
     # to the finals instead.
     "committed": {
         "seeds": (0, 1, 2, 3, 4), "lrs": (6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
-        "main": MAIN_VARIANTS, "part_seeds": (0,),
-        "fractions": (0.01,), "bf16": CORE_VARIANTS, "digits": CORE_VARIANTS,
+        "main": MAIN_VARIANTS,
+        "fractions": (0.01, 0.1), "bf16": CORE_VARIANTS, "digits": CORE_VARIANTS,
         "model": _LM,
         "recipe": {"max_steps": 1000, "warmup_steps": 60, "eval_every": 200},
         "tune_recipe": {"max_steps": 600, "warmup_steps": 40, "eval_every": 100},

@@ -291,31 +291,43 @@ def fraction_table(summary: pd.DataFrame, floors=None) -> pd.DataFrame:
     return table
 
 
-def low_data_verdict(summary: pd.DataFrame, structured: str = "matroidal m=2d") -> str:
-    """Did the structured metric help most when data is scarce? Plain words, from 95%
-    Welch t intervals on the difference in test bpc (rival minus structured)."""
+def low_data_edges(summary: pd.DataFrame, structured: str = "matroidal m=2d") -> dict:
+    """Per rival ("dense", "dot"): the verdict on the structured metric's edge (rival
+    minus structured test bpc, 95% Welch t) at the smallest fraction against full data,
+    and that edge per fraction; empty when only one fraction was run."""
     sub = finals(summary)
     sub = sub[sub["part"].isin(["main", "low data"]) & (sub["precision"] == "float32")]
     fractions = sorted(sub["fraction"].unique())
     if len(fractions) < 2:
-        return "Only one data fraction was run: the low-data hypothesis was not tested."
-    lines, verdicts = [], {}
+        return {}
+    out = {}
     for rival in ("dense", "dot"):
         res = {}
         for f in fractions:
             at = sub[sub["fraction"] == f]
             res[f] = difference(at[at["variant"] == structured]["test_bpc"],
                                 at[at["variant"] == rival]["test_bpc"])  # fmt: skip
-        verdicts[rival] = _edge_verdict(res[fractions[0]], res[fractions[-1]])
+        out[rival] = (_edge_verdict(res[fractions[0]], res[fractions[-1]]), res)
+    return out
+
+
+def low_data_verdict(summary: pd.DataFrame, structured: str = "matroidal m=2d") -> str:
+    """Did the structured metric help most when data is scarce? Plain words, from 95%
+    Welch t intervals on the difference in test bpc (rival minus structured)."""
+    edges = low_data_edges(summary, structured)
+    if not edges:
+        return "Only one data fraction was run: the low-data hypothesis was not tested."
+    lines = []
+    for rival, (verdict, res) in edges.items():
         parts = [f"fraction {f:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n})"
                  for f, (d, lo, hi, n) in res.items()]  # fmt: skip
         lines.append(f"  {rival} minus {structured} (positive: {structured} better): "
-                     + "; ".join(parts) + f" -> {verdicts[rival]}")  # fmt: skip
+                     + "; ".join(parts) + f" -> {verdict}")  # fmt: skip
     head = (
         "Low-data hypothesis (test bpc; 95% Welch t intervals over seeds), judged against "
-        f"the dense metric (only M's parametrisation differs): {verdicts['dense']}.\n"
+        f"the dense metric (only M's parametrisation differs): {edges['dense'][0]}.\n"
         f"Against dot product (distance, shared projection and metric all differ at once): "
-        f"{verdicts['dot']}."
+        f"{edges['dot'][0]}."
     )
     return head + "\n" + "\n".join(lines)
 

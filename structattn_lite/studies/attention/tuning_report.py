@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, IMAGE_DATASETS
-from structattn_lite.studies.attention.report import difference, interval, main_finals
+from structattn_lite.studies.attention.report import difference, finals, interval, main_finals
 
 
 def _validation(summary: pd.DataFrame) -> pd.DataFrame:
@@ -171,15 +171,24 @@ def rate_transfer_verdict(table: pd.DataFrame, current: pd.DataFrame) -> str:
     )
 
 
-def best_known(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
-    """The main comparison's final runs of each variant at the better of its two sweeps'
-    rates on validation (lower mean validation bpc over seeds), with a ``sweep`` column
-    ("first" or "current"): the most tuned numbers the records hold, chosen without the
-    test split."""
-    old, new = main_finals(first), main_finals(current)
+def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> pd.DataFrame:
+    """The final float32 runs of ``parts`` with each variant, at each fraction of the
+    text, at the better of its two sweeps' rates on validation (lower mean validation bpc
+    over seeds), with a ``sweep`` column ("first" or "current"): the most tuned numbers
+    the records hold, chosen without the test split. With ``parts=("main", "low data")``
+    the low-data verdict can be read at those rates."""
+
+    def runs(summary):
+        fin = finals(summary)
+        return fin[fin["part"].isin(parts) & (fin.get("precision", "float32") == "float32")]
+
+    old, new = runs(first), runs(current)
+    keys = [k for k in ("variant", "fraction") if k in new]
     chosen = []
-    for variant, now in new.groupby("variant", sort=False):
-        before = old[old["variant"] == variant]
+    for key, now in new.groupby(keys, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        match = (old[list(keys)] == pd.Series(key, index=keys)).all(axis=1)
+        before = old[match]
         if len(before) and before["val_bpc"].mean() < now["val_bpc"].mean():
             chosen.append(before.assign(sweep="first"))
         else:
