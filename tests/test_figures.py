@@ -106,7 +106,9 @@ def _cases():
     }
     cases |= {
         "attention.plot_learning_curves": lambda: af.plot_learning_curves(attention_records()),
-        "attention.plot_fraction_sweep": lambda: af.plot_fraction_sweep(_attention_summary()),
+        "attention.plot_fraction_sweep": lambda: af.plot_fraction_sweep(  # the longest title
+            _attention_summary(), rates="rates: each best on validation, per fraction"
+        ),
         "attention.plot_grad_norms": lambda: af.plot_grad_norms(attention_records()),
         "attention.plot_learned_weights": lambda: af.plot_learned_weights(_first_with("weights")),
         "attention.plot_weight_histograms": lambda: af.plot_weight_histograms(attention_records()),

@@ -87,8 +87,9 @@ def plot_learning_curves(
     return fig
 
 
-def plot_fraction_sweep(summary: pd.DataFrame) -> Figure:
-    """Test bpc against the fraction of training text (mean and 95% t interval)."""
+def plot_fraction_sweep(summary: pd.DataFrame, rates: str | None = None) -> Figure:
+    """Test bpc against the fraction of training text (mean and 95% t interval);
+    ``rates`` says in the title which rates the runs were trained at."""
     from scipy import stats
 
     sub = summary[~summary["tuning"].astype(bool) & summary["part"].isin(["main", "low data"])]
@@ -102,8 +103,9 @@ def plot_fraction_sweep(summary: pd.DataFrame) -> Figure:
         ax.errorbar(agg.index, agg["mean"], yerr=half / np.sqrt(agg["count"]), marker="o",
                     capsize=3, label=variant)  # fmt: skip
     ax.set_xscale("log")
+    title = "low-data sweep (bars: 95% t over seeds)"
     ax.set(xlabel="fraction of the training text used", ylabel="test bits per character",
-           title="low-data sweep (bars: 95% t interval over seeds)")  # fmt: skip
+           title=f"{title}\n{rates}" if rates else title)  # fmt: skip
     ax.legend(fontsize=8)
     return fig
 
