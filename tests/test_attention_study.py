@@ -23,6 +23,7 @@ from structattn_lite.studies.attention.report import (
     fraction_table,
     grid_caption,
     interval,
+    low_data_edges,
     low_data_verdict,
     measurement_table,
     precision_verdict,
@@ -233,6 +234,26 @@ def test_tables_and_verdict_from_records():
     assert verdict.startswith("Low-data hypothesis (test bpc; 95% Welch t intervals")
     assert "fraction 0.01" in verdict and "NOT TESTABLE" not in verdict.splitlines()[0]
     assert "needs at least 2 seeds" in low_data_verdict(summary[summary["seed"] == 0])
+
+
+def test_low_data_edges_judge_the_smallest_fraction_against_full_data():
+    bpc = {  # (variant, fraction) -> test bpc over three seeds
+        ("matroidal m=2d", 0.01): [2.50, 2.51, 2.49], ("dot", 0.01): [2.70, 2.72, 2.68],
+        ("dense", 0.01): [2.50, 2.52, 2.48], ("matroidal m=2d", 1.0): [2.00, 2.01, 1.99],
+        ("dot", 1.0): [2.00, 2.02, 1.98], ("dense", 1.0): [2.00, 2.01, 1.99],
+    }  # fmt: skip
+    summary = pd.DataFrame([
+        {"variant": v, "fraction": f, "test_bpc": x, "seed": i, "tuning": False,
+         "precision": "float32", "part": "main" if f == 1.0 else "low data"}
+        for (v, f), xs in bpc.items() for i, x in enumerate(xs)
+    ])  # fmt: skip
+    edges = low_data_edges(summary)
+    verdict, res = edges["dot"]  # dot minus matroidal: +0.20 at 1%, 0 on all the text
+    assert verdict.startswith("HELD") and res[0.01][0] == pytest.approx(0.20)
+    assert res[0.01][1] > 0 and res[1.0][0] == pytest.approx(0.0)
+    assert edges["dense"][0] == "DID NOT HOLD at this budget"
+    assert low_data_edges(summary[summary["fraction"] == 1.0]) == {}
+    assert "Against dot product (distance" in low_data_verdict(summary).splitlines()[1]
 
 
 def test_export_writes_a_summary_the_tables_can_read(tmp_path, monkeypatch):
