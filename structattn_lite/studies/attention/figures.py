@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size
+from structattn_lite.studies.attention.report import float32_finals
 
 NOTEBOOK = "02_attention"
 
@@ -92,9 +93,8 @@ def plot_fraction_sweep(summary: pd.DataFrame, rates: str | None = None) -> Figu
     ``rates`` says in the title which rates the runs were trained at."""
     from scipy import stats
 
-    sub = summary[~summary["tuning"].astype(bool) & summary["part"].isin(["main", "low data"])]
-    kinds = sub[sub["fraction"] < 1]["variant"].unique()
-    sub = sub[sub["variant"].isin(kinds) & (sub["precision"] == "float32")]
+    sub = float32_finals(summary)
+    sub = sub[sub["variant"].isin(sub[sub["fraction"] < 1]["variant"].unique())]
     fig = Figure(figsize=figure_size(1, height=2.6), layout="constrained")
     ax = fig.subplots()
     for variant, g in sub.groupby("variant", sort=False):

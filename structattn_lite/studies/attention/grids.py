@@ -143,14 +143,11 @@ def variant_configs(name: str, config_cls, dataset: str, cifar: bool = False) ->
                 for v in CORE_VARIANTS]  # fmt: skip
 
     fractions = sorted(spec["fractions"])
-    part_seeds = spec.get("part_seeds", seeds)
-    for seed in part_seeds:
+    for seed in seeds:
         out += low_data(fractions[0], seed) if fractions else []
         out += [_variant(config_cls, spec, dataset, *v, seed, prune_fractions=(),
                          recipe={"precision": "bfloat16"}) for v in spec["bf16"]]  # fmt: skip
-    out += [
-        c for fraction in fractions[1:] for seed in part_seeds for c in low_data(fraction, seed)
-    ]
+    out += [c for fraction in fractions[1:] for seed in seeds for c in low_data(fraction, seed)]
     if cifar and name == "paper":
         out += [_variant(config_cls, spec, "cifar10", *v, seed)
                 for seed in seeds for v in CORE_VARIANTS]  # fmt: skip

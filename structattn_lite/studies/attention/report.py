@@ -218,6 +218,12 @@ def finals(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[~summary["tuning"].astype(bool)]
 
 
+def float32_finals(summary: pd.DataFrame, parts=("main", "low data")) -> pd.DataFrame:
+    """The float32 final runs of ``parts`` (by default those the low-data sweep reads)."""
+    fin = finals(summary)
+    return fin[fin["part"].isin(parts) & (fin["precision"] == "float32")]
+
+
 def main_finals(summary: pd.DataFrame) -> pd.DataFrame:
     """The final runs of the main comparison."""
     fin = finals(summary)
@@ -279,8 +285,7 @@ def measurement_table(summary: pd.DataFrame, which: str = "main", floors=None) -
 
 def fraction_table(summary: pd.DataFrame, floors=None) -> pd.DataFrame:
     """Test bpc (95% t interval) per variant and fraction of the training text."""
-    sub = finals(summary)
-    sub = sub[sub["part"].isin(["main", "low data"]) & (sub["precision"] == "float32")]
+    sub = float32_finals(summary)
     kinds = sub[sub["fraction"] < 1]["variant"].unique()
     sub = sub[sub["variant"].isin(kinds)]
     table = sub.groupby(["variant", "fraction"], sort=False)["test_bpc"].apply(interval)
@@ -295,8 +300,7 @@ def low_data_edges(summary: pd.DataFrame, structured: str = "matroidal m=2d") ->
     """Per rival ("dense", "dot"): the verdict on the structured metric's edge (rival
     minus structured test bpc, 95% Welch t) at the smallest fraction against full data,
     and that edge per fraction; empty when only one fraction was run."""
-    sub = finals(summary)
-    sub = sub[sub["part"].isin(["main", "low data"]) & (sub["precision"] == "float32")]
+    sub = float32_finals(summary)
     fractions = sorted(sub["fraction"].unique())
     if len(fractions) < 2:
         return {}

@@ -17,7 +17,12 @@ import numpy as np
 import pandas as pd
 
 from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, IMAGE_DATASETS
-from structattn_lite.studies.attention.report import difference, finals, interval, main_finals
+from structattn_lite.studies.attention.report import (
+    difference,
+    float32_finals,
+    interval,
+    main_finals,
+)
 
 
 def _validation(summary: pd.DataFrame) -> pd.DataFrame:
@@ -177,18 +182,10 @@ def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> p
     over seeds), with a ``sweep`` column ("first" or "current"): the most tuned numbers
     the records hold, chosen without the test split. With ``parts=("main", "low data")``
     the low-data verdict can be read at those rates."""
-
-    def runs(summary):
-        fin = finals(summary)
-        return fin[fin["part"].isin(parts) & (fin.get("precision", "float32") == "float32")]
-
-    old, new = runs(first), runs(current)
-    keys = [k for k in ("variant", "fraction") if k in new]
+    old, new = float32_finals(first, parts), float32_finals(current, parts)
     chosen = []
-    for key, now in new.groupby(keys, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        match = (old[list(keys)] == pd.Series(key, index=keys)).all(axis=1)
-        before = old[match]
+    for (variant, fraction), now in new.groupby(["variant", "fraction"], sort=False):
+        before = old[(old["variant"] == variant) & (old["fraction"] == fraction)]
         if len(before) and before["val_bpc"].mean() < now["val_bpc"].mean():
             chosen.append(before.assign(sweep="first"))
         else:
