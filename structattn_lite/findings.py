@@ -97,38 +97,46 @@ def _attention() -> str:
             words.append(f"against {rival} {verdict} ({d:+.3f} [{lo:+.3f}, {hi:+.3f}] at {f:.0%} of the text, n={n})")  # fmt: skip
         return "; ".join(words)
 
-    low = (
-        "Low-data hypothesis (matroidal m=2d's edge in test bpc at the smallest fraction of "
-        "the text against its edge on all of it; 95% Welch t over seeds): at the committed "
-        f"rates, {low_data(summary)}"
-    )
-    edge = edge_check_verdict(summary, GRIDS["committed"]["lrs"])
     first = load_first_sweep()
+    contrasts = f"Contrasts at the committed rates: {'; '.join(report.contrasts(summary))}."
+    precision = (
+        f"Under bfloat16 autocast: {cells('stability')}. "
+        f"{report.precision_verdict(summary).rstrip('.')}."
+    )
+    low = [f"at the committed rates: {low_data(summary)}"]
+    rates = edge_check_verdict(summary, GRIDS["committed"]["lrs"])
     if first is not None:
-        edge += " " + rate_transfer_verdict(rate_transfer_table(first, summary), summary)
+        rates += " " + rate_transfer_verdict(rate_transfer_table(first, summary), summary)
         best = best_known(first, summary)
         picked = best.groupby("variant", sort=False)["lr"].first()
-        edge += (
-            " Each variant at the better of its two full-budget rates on validation ("
+        contrasts += (
+            "\n- Contrasts with each variant at the better of its two full-budget rates on "
+            "validation ("
             + ", ".join(f"{v} {lr:g}" for v, lr in picked.items())
             + "): "
             + "; ".join(report.contrasts(best))
             + "."
         )
         low_best = best_known(first, summary, parts=("main", "low data"))
-        low += (
-            f"; at each variant's better rate on validation, fraction by fraction, "
-            f"{low_data(low_best)}; at the first sweep's rate (every variant at 0.006), "
-            f"{low_data(first)}. At the first sweep's rate, {report.precision_verdict(first)}."
-        )
-    else:
-        low += "."
+        low += [
+            f"at each variant's better rate on validation, fraction by fraction: {low_data(low_best)}",
+            f"at the first sweep's rate (every variant at 0.006): {low_data(first)}",
+        ]
+        precision += f" At the first sweep's rate, {report.precision_verdict(first).rstrip('.')}."
+    bullets = [
+        f"Final runs, per variant: {cells('main')}.",
+        contrasts,
+        "Low-data hypothesis (matroidal m=2d's edge in test bpc at the smallest fraction of "
+        "the text against its edge on all of it; 95% Welch t over seeds):"
+        + "".join(f"\n  - {line}." for line in low),
+        precision,
+        f"Digits (test accuracy): {cells('digits', 'test acc')}.",
+        f"Learning rates: {rates}",
+        f"Grid: {report.grid_caption(summary, GRIDS['committed']['lrs'])}.",
+    ]
     return (
         "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
-        f"interval over seeds).** {cells('main')}. {'; '.join(report.contrasts(summary))}. Under bfloat16 autocast: "
-        f"{cells('stability')}. {report.precision_verdict(summary).rstrip('.')}. "
-        f"Digits (test accuracy): {cells('digits', 'test acc')}. "
-        f"{low} {edge} Grid: {report.grid_caption(summary, GRIDS['committed']['lrs'])}."
+        "interval over seeds).**\n\n" + "\n".join(f"- {b}" for b in bullets)
     )
 
 
@@ -147,13 +155,17 @@ def _attention_long() -> str:
         if r["core-minutes then"] != "" else f"seed {r['seed']}: not reached"
         for _, r in budget[budget["variant"] == "dot"].iterrows()
     ]  # fmt: skip
-    return (
-        "**Attention at a longer budget (notebook 02, grid `long`; test bits per character).** "
-        f"{cells}. Dot product at or below {RECIPE_TARGET_BPC} validation bpc (the recipe's "
-        f"target on these machines): {'; '.join(reached) or 'no dot run'}. "
+    bullets = [
+        f"Final runs, per variant: {cells}.",
+        f"Dot product at or below {RECIPE_TARGET_BPC} validation bpc (the recipe's target on "
+        f"these machines): {'; '.join(reached) or 'no dot run'}.",
         f"Grid: {report.grid_caption(summary)}. "
-        f"{report.rate_drift(summary, report.load_summary('committed'))}"
-    ).rstrip()
+        f"{report.rate_drift(summary, report.load_summary('committed'))}".rstrip(),
+    ]
+    return (
+        "**Attention at a longer budget (notebook 02, grid `long`; test bits per character).**"
+        "\n\n" + "\n".join(f"- {b}" for b in bullets)
+    )
 
 
 def _ablations() -> str:

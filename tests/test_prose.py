@@ -72,3 +72,24 @@ def test_no_notebook_types_a_result_in_its_prose():
 def test_the_prose_checker_catches_a_typed_result():
     assert typed_numbers("parity reaches 0.97 and 62% of test strings leak") == [0.97, 0.62]
     assert typed_numbers("$C_8 = 1.430$, section 2.4 and version 2.14.1") == []
+
+
+def test_attention_findings_give_each_kind_of_result_its_own_bullet():
+    attention = findings.render().split("\n\n**")[0]  # up to the next study's heading
+    bullets = [line for line in attention.splitlines() if line.startswith(("- ", "  - "))]
+    expected = [
+        "- Final runs, per variant: dot ",
+        "- Contrasts at the committed rates: ",
+        "- Contrasts with each variant at the better of its two full-budget rates",
+        "- Low-data hypothesis (",
+        "  - at the committed rates: against dense ",
+        "  - at each variant's better rate on validation, fraction by fraction: ",
+        "  - at the first sweep's rate (every variant at 0.006): ",
+        "- Under bfloat16 autocast: ",
+        "- Digits (test accuracy): ",
+        "- Learning rates: ",
+        "- Grid: ",
+    ]
+    assert len(bullets) == len(expected)
+    for line, start in zip(bullets, expected, strict=True):
+        assert line.startswith(start), (start, line[:80])
