@@ -36,9 +36,9 @@ def _grokking_gap() -> str:
     if not records:
         return "**Grokking gap at the paper's sizes (notebook 03, grid `gap`).** Not committed yet."
     table = report.grokking_table(records)
-    cells = "; ".join(
-        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap {r.gap_ours} "
-        f"vs paper {r.gap_paper}, {r.verdict}; spike at the jump {r.spike_at_jump}"
+    cells = "".join(
+        f"\n- {r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap "
+        f"{r.gap_ours} vs paper {r.gap_paper}, {r.verdict}; spike at the jump {r.spike_at_jump}."
         for r in table.itertuples()
     )
     configs = [r.config for r in records]
@@ -51,7 +51,7 @@ def _grokking_gap() -> str:
     )
     return (
         "**Grokking gap at the paper's sizes (notebook 03, grid `gap`; whole-string test "
-        f"accuracy, early stop on validation only).** {cells}. Grid: {grid}."
+        f"accuracy, early stop on validation only).**\n{cells}\n- Grid: {grid}."
     )
 
 
@@ -201,13 +201,15 @@ def _length() -> str:
         ]
         longest = int(fixed["length"].max())
         parts.append(f"{task}: {', '.join(held) or 'no model'} up to L = {longest}")
-    return (
-        "**Length generalization (notebook 05, fixed protocol).** Models that hold whole-string "
-        f"accuracy ≥ {report.HOLDS} from their training length to the longest length: "
-        + "; ".join(parts)
-        + ". "
-        + report.findings(curves).get("fit", "").replace("**", "")
-        + f" Grid: {report.length_caption(curves)}."
+    fit = report.findings(curves).get("fit", "").replace("**", "")
+    bullets = [
+        f"Models that hold whole-string accuracy ≥ {report.HOLDS} from their training length "
+        f"to the longest length: {'; '.join(parts)}.",
+        *([fit] if fit else []),
+        f"Grid: {report.length_caption(curves)}.",
+    ]
+    return "**Length generalization (notebook 05, fixed protocol).**\n\n" + "\n".join(
+        f"- {b}" for b in bullets
     )
 
 
@@ -221,14 +223,17 @@ def _authors() -> str:
     else:
         return "**The authors' own length table (notebook 05).** No committed grid yet."
     table = authors.authors_table(curves)
-    cells = "; ".join(
-        f"{task} L = {length}: ours {row['ours, all positions']} vs theirs "
-        f"{row[chr(39).join(['authors', ' README'])]} ({row['verdict']})"
-        for (task, length), row in table.iterrows()
-    )
+    theirs = "authors' README"
+    by_task: dict[str, list[str]] = {}
+    for (task, length), row in table.iterrows():
+        by_task.setdefault(task, []).append(
+            f"L = {length}: ours {row['ours, all positions']} vs theirs {row[theirs]} "
+            f"({row['verdict']})"
+        )
+    cells = "".join(f"\n- {task}: {'; '.join(rows)}." for task, rows in by_task.items())
     return (
         f"**The authors' own model and protocol (notebook 05, grid `{grid}`), all positions, "
-        f"mean ± 95% CI over seeds.** {cells}. Grid: {report.length_caption(curves)}."
+        f"mean ± 95% CI over seeds.**\n{cells}\n- Grid: {report.length_caption(curves)}."
     )
 
 
