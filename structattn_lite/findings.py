@@ -141,31 +141,42 @@ def _attention() -> str:
 
 
 def _attention_long() -> str:
-    from structattn_lite.studies.attention import report
+    from structattn_lite.studies.attention import report, tuning_report
     from structattn_lite.studies.attention.grids import RECIPE_TARGET_BPC
 
-    summary = report.load_summary("long")
-    if summary is None:
-        return "**Attention at a longer budget (notebook 02, grid `long`).** Not committed yet."
-    main = report.measurement_table(summary, "main")
-    cells = "; ".join(f"{r['variant']} {r['test bpc']}" for _, r in main.iterrows())
-    budget = report.budget_table(report.load_committed_histories("long"))
-    reached = [
-        f"seed {r['seed']}: step {r[f'step at <= {RECIPE_TARGET_BPC} val bpc']} after {r['core-minutes then']} core-minutes"
-        if r["core-minutes then"] != "" else f"seed {r['seed']}: not reached"
-        for _, r in budget[budget["variant"] == "dot"].iterrows()
-    ]  # fmt: skip
-    bullets = [
-        f"Final runs, per variant: {cells}.",
-        f"Dot product at or below {RECIPE_TARGET_BPC} validation bpc (the recipe's target on "
-        f"these machines): {'; '.join(reached) or 'no dot run'}.",
-        f"Grid: {report.grid_caption(summary)}. "
-        f"{report.rate_drift(summary, report.load_summary('committed'))}".rstrip(),
-    ]
-    return (
+    heading = (
         "**Attention at a longer budget (notebook 02, grid `long`; test bits per character).**"
-        "\n\n" + "\n".join(f"- {b}" for b in bullets)
     )
+    sweeps = {"current": "at the rates the committed grid chooses now",
+              "first": "at the first sweep's rate (every variant at 0.006)"}  # fmt: skip
+    summaries = {s: report.load_summary("long", sweep=s) for s in sweeps}
+    committed = report.load_summary("committed")
+    bullets = []
+    for sweep, words in sweeps.items():
+        summary = summaries[sweep]
+        if summary is None:
+            continue
+        main = report.measurement_table(summary, "main")
+        cells = "; ".join(f"{r['variant']} {r['test bpc']}" for _, r in main.iterrows())
+        budget = report.budget_table(report.load_committed_histories("long", sweep))
+        reached = [
+            f"seed {r['seed']} at step {r[f'step at <= {RECIPE_TARGET_BPC} val bpc']} after {r['core-minutes then']} core-minutes"
+            if r["core-minutes then"] != "" else f"seed {r['seed']} not within {r['steps']} steps (best {r['best val bpc']})"
+            for _, r in budget[budget["variant"] == "dot"].iterrows()
+        ]  # fmt: skip
+        drift = report.rate_drift(summary, committed) if sweep == "current" else ""
+        bullets.append(
+            f"{words.capitalize()}: {cells}. Dot product at or below {RECIPE_TARGET_BPC} "
+            f"validation bpc (the recipe's target on these machines): "
+            f"{'; '.join(reached) or 'no dot run'}. Grid: {report.grid_caption(summary)}. "
+            f"{drift}".rstrip()
+        )
+    if not bullets:
+        return f"{heading} Not committed yet."
+    if all(s is not None for s in summaries.values()):
+        table = tuning_report.rate_transfer_table(summaries["first"], summaries["current"])
+        bullets.append(tuning_report.rate_transfer_verdict(table, summaries["current"]))
+    return f"{heading}\n\n" + "\n".join(f"- {b}" for b in bullets)
 
 
 def _ablations() -> str:

@@ -141,6 +141,26 @@ def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_pa
         st.export([], grid="quick")
 
 
+def test_first_sweep_records_load_beside_the_current_ones(tmp_path, monkeypatch):
+    from structattn_lite.studies.attention import report
+
+    first = report.load_summary("long", sweep="first")  # committed: every final at 0.006
+    finals = first[~first["tuning"].astype(bool)]
+    assert len(finals) and set(finals["lr"]) == {6e-3}
+    runs = report.load_committed_histories("long", "first")
+    assert {r.config["seed"] for r in runs if r.config["read_test"]} == set(finals["seed"])
+    assert report.load_committed_histories("committed", "first") == []  # no histories kept
+    pd.testing.assert_frame_equal(tr.load_first_sweep(), report.load_summary("committed", "first"))
+    with pytest.raises(ValueError, match=r"sweep='second' is not allowed; choose one of"):
+        report.load_summary("long", sweep="second")
+    with pytest.raises(ValueError, match=r"grid='quick' is not allowed; choose one of"):
+        report.load_summary("quick", sweep="first")
+    # a grid whose files are not there loads as None / no runs, whichever the sweep
+    monkeypatch.setattr("structattn_lite.config.results_dir", lambda: tmp_path)
+    assert report.load_summary("long", sweep="first") is None
+    assert report.load_committed_histories("long", "current") == []
+
+
 def test_rate_drift_names_runs_trained_at_rates_their_source_grid_no_longer_chooses():
     def runs(rates, part="main"):
         return pd.DataFrame({"variant": list(rates), "lr": list(rates.values()),

@@ -93,3 +93,12 @@ def test_attention_findings_give_each_kind_of_result_its_own_bullet():
     assert len(bullets) == len(expected)
     for line, start in zip(bullets, expected, strict=True):
         assert line.startswith(start), (start, line[:80])
+
+
+def test_long_attention_findings_set_both_sweeps_side_by_side():
+    long = findings.render().split("\n\n**Attention at a longer budget")[1].split("\n\n**")[0]
+    bullets = [line for line in long.splitlines() if line.startswith("- ")]
+    starts = ["- At the rates the committed grid chooses now: dot ",
+              "- At the first sweep's rate (every variant at 0.006): dot ",
+              "- Over the finals' 8,000 steps, the rate the 600-step tuning runs chose"]  # fmt: skip
+    assert [b[: len(s)] for b, s in zip(bullets, starts, strict=True)] == starts

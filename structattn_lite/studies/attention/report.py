@@ -15,7 +15,13 @@ import pandas as pd
 from scipy import stats
 
 from structattn_lite.records import RunRecord
-from structattn_lite.studies.attention.grids import COMMITTED_CSV, RECIPE_TARGET_BPC, part
+from structattn_lite.studies.attention.grids import (
+    COMMITTED_CSV,
+    FIRST_SWEEP_CSV,
+    RECIPE_TARGET_BPC,
+    SWEEPS,
+    part,
+)
 
 PARAM_KEYS = ("params_total", "params_attention", "params_metric")
 FLOP_KEYS = ("flops_fast", "flops_reference", "flops_analytic", "flops_pairwise")
@@ -60,22 +66,30 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def load_summary(grid: str = "committed") -> pd.DataFrame | None:
+def _committed_file(grid: str, sweep: str, which: int):
+    """The path of a committed grid's runs (0) or histories (1) file from ``sweep``
+    ("current", or "first": the records kept from the first learning-rate sweep), or
+    None if that sweep kept no such file."""
+    from structattn_lite.config import check_choice, results_dir
+
+    files = COMMITTED_CSV if check_choice("sweep", sweep, SWEEPS) == "current" else FIRST_SWEEP_CSV
+    name = files[check_choice("grid", grid, files)][which]
+    return None if name is None else results_dir() / name
+
+
+def load_summary(grid: str = "committed", sweep: str = "current") -> pd.DataFrame | None:
     """A committed grid's summary (``data/results/attention_runs.csv`` for ``committed``),
-    or None if it is not there."""
-    from structattn_lite.config import check_choice, results_dir
-
-    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)][0]
-    return pd.read_csv(path) if path.exists() else None
+    or None if it is not there; ``sweep="first"``: its first sweep's runs."""
+    path = _committed_file(grid, sweep, 0)
+    return pd.read_csv(path) if path is not None and path.exists() else None
 
 
-def load_committed_histories(grid: str = "committed") -> list[RunRecord]:
+def load_committed_histories(grid: str = "committed", sweep: str = "current") -> list[RunRecord]:
     """A committed grid's learning curves as records (empty if not there)."""
-    from structattn_lite.config import check_choice, results_dir
     from structattn_lite.records import load_histories
 
-    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)][1]
-    return load_histories(path) if path.exists() else []
+    path = _committed_file(grid, sweep, 1)
+    return load_histories(path) if path is not None and path.exists() else []
 
 
 def budget_table(records: list[RunRecord], target: float = RECIPE_TARGET_BPC) -> pd.DataFrame:

@@ -16,11 +16,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, IMAGE_DATASETS
+from structattn_lite.studies.attention.grids import IMAGE_DATASETS
 from structattn_lite.studies.attention.report import (
     difference,
     float32_finals,
     interval,
+    load_summary,
     main_finals,
 )
 
@@ -114,13 +115,10 @@ def edge_check_verdict(summary: pd.DataFrame, sweep) -> str:
 # --- does the short schedule's choice hold at the full budget? -------------------------
 
 
-def load_first_sweep() -> pd.DataFrame | None:
-    """The committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
-    the sweep was widened: its final runs are the full-budget numbers at that rate."""
-    from structattn_lite.config import results_dir
-
-    path = results_dir() / FIRST_SWEEP_CSV
-    return pd.read_csv(path) if path.exists() else None
+def load_first_sweep(grid: str = "committed") -> pd.DataFrame | None:
+    """A committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
+    the sweep was widened: its final runs are the numbers at that rate."""
+    return load_summary(grid, sweep="first")
 
 
 def rate_transfer_table(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
