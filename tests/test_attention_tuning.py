@@ -202,6 +202,11 @@ def test_rate_transfer_reads_the_finals_validation_at_both_sweeps_rates():
     assert "better on validation than the first sweep's for 1 of 2 variants (dense)" in verdict
     assert "worse for 1 (dot)" in verdict and "no difference was shown for 0" in verdict
     assert tr.rate_transfer_verdict(pd.DataFrame(), current).startswith("No final runs")
+    # one seed at the current rate: no interval, counted apart from "no difference shown"
+    one = current[~((current["variant"] == "dot") & (current["seed"] > 0))]
+    verdict = tr.rate_transfer_verdict(tr.rate_transfer_table(first, one), one)
+    assert "worse for 0 (none)" in verdict and "no difference was shown for 0" in verdict
+    assert "1 (dot) had one seed at a rate, too few for an interval." in verdict
 
 
 def test_best_known_keeps_each_variant_at_its_better_rate_on_validation():

@@ -162,15 +162,21 @@ def rate_transfer_verdict(table: pd.DataFrame, current: pd.DataFrame) -> str:
     word = moved["on validation"]
     better = moved[word == moved["current: rate"] + " better"]["variant"].tolist()
     worse = moved[word == moved["first sweep: rate"] + " better"]["variant"].tolist()
-    unclear = moved[~moved["variant"].isin(better + worse)]["variant"].tolist()
+    alone = moved[word == "no interval"]["variant"].tolist()  # one seed at a rate: no test
+    unclear = moved[~moved["variant"].isin(better + worse + alone)]["variant"].tolist()
+    untested = (
+        f" {len(alone)} ({', '.join(alone)}) had one seed at a rate, too few for an interval."
+        if alone
+        else ""
+    )
     return (
         f"Over the finals' {steps:,} steps, the rate the {tune_steps}-step tuning runs chose "
         f"did better on validation than the first sweep's for {len(better)} of {len(moved)} "
         f"variants ({', '.join(better) or 'none'}), worse for {len(worse)} "
         f"({', '.join(worse) or 'none'}), and no difference was shown for {len(unclear)} "
-        f"({', '.join(unclear) or 'none'}) (95% Welch t over seeds). Where it did worse, the "
-        "short schedule's choice does not carry over to the full budget, and that variant's "
-        "committed finals are not at its best rate known on validation."
+        f"({', '.join(unclear) or 'none'}) (95% Welch t over seeds).{untested} Where it did "
+        "worse, the short schedule's choice does not carry over to the full budget, and that "
+        "variant's committed finals are not at its best rate known on validation."
     )
 
 
