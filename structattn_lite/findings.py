@@ -14,6 +14,11 @@ from structattn_lite.config import repo_root
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 
 
+def _section(heading: str, bullets: list[str]) -> str:
+    """A finding: its bold heading, then one bullet per kind of result."""
+    return f"**{heading}**\n\n" + "\n".join(f"- {b}" for b in bullets)
+
+
 def _grokking() -> str:
     from structattn_lite.studies.grokking import experiment, report
 
@@ -36,11 +41,11 @@ def _grokking_gap() -> str:
     if not records:
         return "**Grokking gap at the paper's sizes (notebook 03, grid `gap`).** Not committed yet."
     table = report.grokking_table(records)
-    cells = "".join(
-        f"\n- {r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap "
+    cells = [
+        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap "
         f"{r.gap_ours} vs paper {r.gap_paper}, {r.verdict}; spike at the jump {r.spike_at_jump}."
         for r in table.itertuples()
-    )
+    ]
     configs = [r.config for r in records]
     n = ", ".join(f"{t} {n}" for t, n in dict.fromkeys((c["task"], c["n"]) for c in configs))
     seeds = sorted({c["seed"] for c in configs})
@@ -49,9 +54,10 @@ def _grokking_gap() -> str:
         f"{max(c['epochs'] for c in configs)} epochs, strings: {n}, "
         f"stopped after {configs[0]['hold_perfect']} epochs at 100% validation accuracy"
     )
-    return (
-        "**Grokking gap at the paper's sizes (notebook 03, grid `gap`; whole-string test "
-        f"accuracy, early stop on validation only).**\n{cells}\n- Grid: {grid}."
+    return _section(
+        "Grokking gap at the paper's sizes (notebook 03, grid `gap`; whole-string test "
+        "accuracy, early stop on validation only).",
+        [*cells, f"Grid: {grid}."],
     )
 
 
@@ -98,7 +104,7 @@ def _attention() -> str:
         return "; ".join(words)
 
     first = load_first_sweep()
-    contrasts = f"Contrasts at the committed rates: {'; '.join(report.contrasts(summary))}."
+    contrasts = [f"Contrasts at the committed rates: {'; '.join(report.contrasts(summary))}."]
     precision = (
         f"Under bfloat16 autocast: {cells('stability')}. "
         f"{report.precision_verdict(summary).rstrip('.')}."
@@ -109,8 +115,8 @@ def _attention() -> str:
         rates += " " + rate_transfer_verdict(rate_transfer_table(first, summary), summary)
         best = best_known(first, summary)
         picked = best.groupby("variant", sort=False)["lr"].first()
-        contrasts += (
-            "\n- Contrasts with each variant at the better of its two full-budget rates on "
+        contrasts.append(
+            "Contrasts with each variant at the better of its two full-budget rates on "
             "validation ("
             + ", ".join(f"{v} {lr:g}" for v, lr in picked.items())
             + "): "
@@ -125,7 +131,7 @@ def _attention() -> str:
         precision += f" At the first sweep's rate, {report.precision_verdict(first).rstrip('.')}."
     bullets = [
         f"Final runs, per variant: {cells('main')}.",
-        contrasts,
+        *contrasts,
         "Low-data hypothesis (matroidal m=2d's edge in test bpc at the smallest fraction of "
         "the text against its edge on all of it; 95% Welch t over seeds):"
         + "".join(f"\n  - {line}." for line in low),
@@ -134,9 +140,10 @@ def _attention() -> str:
         f"Learning rates: {rates}",
         f"Grid: {report.grid_caption(summary, GRIDS['committed']['lrs'])}.",
     ]
-    return (
-        "**Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
-        "interval over seeds).**\n\n" + "\n".join(f"- {b}" for b in bullets)
+    return _section(
+        "Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
+        "interval over seeds).",
+        bullets,
     )
 
 
@@ -144,9 +151,7 @@ def _attention_long() -> str:
     from structattn_lite.studies.attention import report, tuning_report
     from structattn_lite.studies.attention.grids import RECIPE_TARGET_BPC
 
-    heading = (
-        "**Attention at a longer budget (notebook 02, grid `long`; test bits per character).**"
-    )
+    heading = "Attention at a longer budget (notebook 02, grid `long`; test bits per character)."
     sweeps = {"current": "at the rates the committed grid chooses now",
               "first": "at the first sweep's rate (every variant at 0.006)"}  # fmt: skip
     summaries = {s: report.load_summary("long", sweep=s) for s in sweeps}
@@ -172,11 +177,11 @@ def _attention_long() -> str:
             f"{drift}".rstrip()
         )
     if not bullets:
-        return f"{heading} Not committed yet."
+        return f"**{heading}** Not committed yet."
     if all(s is not None for s in summaries.values()):
         table = tuning_report.rate_transfer_table(summaries["first"], summaries["current"])
         bullets.append(tuning_report.rate_transfer_verdict(table, summaries["current"]))
-    return f"{heading}\n\n" + "\n".join(f"- {b}" for b in bullets)
+    return _section(heading, bullets)
 
 
 def _ablations() -> str:
@@ -219,9 +224,7 @@ def _length() -> str:
         *([fit] if fit else []),
         f"Grid: {report.length_caption(curves)}.",
     ]
-    return "**Length generalization (notebook 05, fixed protocol).**\n\n" + "\n".join(
-        f"- {b}" for b in bullets
-    )
+    return _section("Length generalization (notebook 05, fixed protocol).", bullets)
 
 
 def _authors() -> str:
@@ -241,10 +244,13 @@ def _authors() -> str:
             f"L = {length}: ours {row['ours, all positions']} vs theirs {row[theirs]} "
             f"({row['verdict']})"
         )
-    cells = "".join(f"\n- {task}: {'; '.join(rows)}." for task, rows in by_task.items())
-    return (
-        f"**The authors' own model and protocol (notebook 05, grid `{grid}`), all positions, "
-        f"mean ± 95% CI over seeds.**\n{cells}\n- Grid: {report.length_caption(curves)}."
+    return _section(
+        f"The authors' own model and protocol (notebook 05, grid `{grid}`), all positions, "
+        "mean ± 95% CI over seeds.",
+        [
+            *(f"{task}: {'; '.join(rows)}." for task, rows in by_task.items()),
+            f"Grid: {report.length_caption(curves)}.",
+        ],
     )
 
 

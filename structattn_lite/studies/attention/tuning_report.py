@@ -115,10 +115,10 @@ def edge_check_verdict(summary: pd.DataFrame, sweep) -> str:
 # --- does the short schedule's choice hold at the full budget? -------------------------
 
 
-def load_first_sweep(grid: str = "committed") -> pd.DataFrame | None:
-    """A committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
-    the sweep was widened: its final runs are the numbers at that rate."""
-    return load_summary(grid, sweep="first")
+def load_first_sweep() -> pd.DataFrame | None:
+    """The committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
+    the sweep was widened: its final runs are the full-budget numbers at that rate."""
+    return load_summary("committed", sweep="first")
 
 
 def rate_transfer_table(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
