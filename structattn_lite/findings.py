@@ -75,7 +75,7 @@ def _paper_era() -> str:
 
 
 def _attention() -> str:
-    from structattn_lite.studies.attention import report
+    from structattn_lite.studies.attention import report, verdicts
     from structattn_lite.studies.attention.grids import GRIDS
     from structattn_lite.studies.attention.tuning_report import (
         best_known,
@@ -94,7 +94,7 @@ def _attention() -> str:
         return "; ".join(f"{r['variant']} {r[column]}" for _, r in table.iterrows()) or "no runs"
 
     def low_data(runs) -> str:  # the verdict against each rival, with its smallest fraction's edge
-        edges = report.low_data_edges(runs)
+        edges = verdicts.low_data_edges(runs)
         if not edges:
             return "not tested (one fraction of the text)"
         words = []
@@ -104,10 +104,10 @@ def _attention() -> str:
         return "; ".join(words)
 
     first = load_first_sweep()
-    contrasts = [f"Contrasts at the committed rates: {'; '.join(report.contrasts(summary))}."]
+    contrasts = [f"Contrasts at the committed rates: {'; '.join(verdicts.contrasts(summary))}."]
     precision = (
         f"Under bfloat16 autocast: {cells('stability')}. "
-        f"{report.precision_verdict(summary).rstrip('.')}."
+        f"{verdicts.precision_verdict(summary).rstrip('.')}."
     )
     low = [f"at the committed rates: {low_data(summary)}"]
     rates = edge_check_verdict(summary, GRIDS["committed"]["lrs"])
@@ -120,7 +120,7 @@ def _attention() -> str:
             "validation ("
             + ", ".join(f"{v} {lr:g}" for v, lr in picked.items())
             + "): "
-            + "; ".join(report.contrasts(best))
+            + "; ".join(verdicts.contrasts(best))
             + "."
         )
         low_best = best_known(first, summary, parts=("main", "low data"))
@@ -128,7 +128,7 @@ def _attention() -> str:
             f"at each variant's better rate on validation, fraction by fraction: {low_data(low_best)}",
             f"at the first sweep's rate (every variant at 0.006): {low_data(first)}",
         ]
-        precision += f" At the first sweep's rate, {report.precision_verdict(first).rstrip('.')}."
+        precision += f" At the first sweep's rate, {verdicts.precision_verdict(first).rstrip('.')}."
     bullets = [
         f"Final runs, per variant: {cells('main')}.",
         *contrasts,

@@ -19,18 +19,20 @@ from structattn_lite.studies.attention.recipe import Recipe, lr_at
 from structattn_lite.studies.attention.report import (
     budget_table,
     difference,
-    findings,
     fraction_table,
     grid_caption,
     interval,
-    low_data_edges,
-    low_data_verdict,
     measurement_table,
-    precision_verdict,
     pruning_table,
     summarize,
 )
 from structattn_lite.studies.attention.tuning_report import tuning_table
+from structattn_lite.studies.attention.verdicts import (
+    findings,
+    low_data_edges,
+    low_data_verdict,
+    precision_verdict,
+)
 
 TINY_RECIPE = Recipe(lr=3e-3, max_steps=6, warmup_steps=2, eval_every=3, check_every=1)
 TINY = dict(dataset="fallback", d_model=32, n_heads=2, n_layers=1, block_size=16, batch_size=4,

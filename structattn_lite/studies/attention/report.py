@@ -1,9 +1,10 @@
-"""Tables and the plain-words verdicts of the attention study, from run records.
+"""Tables of the attention study, from run records.
 
 ``summarize`` turns records into one row per run (the committed CSV is this table);
 every table below reads that summary, so the notebook renders committed grids without
-retraining. Intervals are 95% Student-t intervals over seeds; differences between two
-variants use Welch's t interval. Language-model tables carry the n-gram floors.
+retraining, and ``verdicts`` puts the comparisons into words. Intervals are 95% Student-t
+intervals over seeds; differences between two variants use Welch's t interval.
+Language-model tables carry the n-gram floors.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from structattn_lite.records import RunRecord
+from structattn_lite.report import welch_difference
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     FIRST_SWEEP_CSV,
@@ -215,16 +217,10 @@ def interval(values, digits: int = 3) -> str:
 def difference(a, b) -> tuple[float, float, float, int]:
     """mean(b) - mean(a), its 95% Welch interval (low, high), and the smaller n."""
     a, b = (pd.Series(v, dtype=float).dropna() for v in (a, b))
-    n = min(len(a), len(b))
-    if n < 2:
-        diff = float(b.mean() - a.mean()) if n else math.nan
-        return diff, math.nan, math.nan, n
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
-    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else 1.0
-    half = stats.t.ppf(0.5 + LEVEL / 2, dof) * se
-    diff = float(b.mean() - a.mean())
-    return diff, diff - half, diff + half, n
+    diff, low, high = welch_difference(
+        (b.mean(), b.std(ddof=1), len(b)), (a.mean(), a.std(ddof=1), len(a)), LEVEL
+    )
+    return float(diff), low, high, min(len(a), len(b))
 
 
 def finals(summary: pd.DataFrame) -> pd.DataFrame:
@@ -308,125 +304,3 @@ def fraction_table(summary: pd.DataFrame, floors=None) -> pd.DataFrame:
         for k, v in floors["test"].items():
             table.loc[len(table)] = [f"{k} floor"] + [f"{v:.3f}"] * (table.shape[1] - 1)
     return table
-
-
-def low_data_edges(summary: pd.DataFrame, structured: str = "matroidal m=2d") -> dict:
-    """Per rival ("dense", "dot"): the verdict on the structured metric's edge (rival
-    minus structured test bpc, 95% Welch t) at the smallest fraction against full data,
-    and that edge per fraction; empty when only one fraction was run."""
-    sub = float32_finals(summary)
-    fractions = sorted(sub["fraction"].unique())
-    if len(fractions) < 2:
-        return {}
-    out = {}
-    for rival in ("dense", "dot"):
-        res = {}
-        for f in fractions:
-            at = sub[sub["fraction"] == f]
-            res[f] = difference(at[at["variant"] == structured]["test_bpc"],
-                                at[at["variant"] == rival]["test_bpc"])  # fmt: skip
-        out[rival] = (_edge_verdict(res[fractions[0]], res[fractions[-1]]), res)
-    return out
-
-
-def low_data_verdict(summary: pd.DataFrame, structured: str = "matroidal m=2d") -> str:
-    """Did the structured metric help most when data is scarce? Plain words, from 95%
-    Welch t intervals on the difference in test bpc (rival minus structured)."""
-    edges = low_data_edges(summary, structured)
-    if not edges:
-        return "Only one data fraction was run: the low-data hypothesis was not tested."
-    lines = []
-    for rival, (verdict, res) in edges.items():
-        parts = [f"fraction {f:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n})"
-                 for f, (d, lo, hi, n) in res.items()]  # fmt: skip
-        lines.append(f"  {rival} minus {structured} (positive: {structured} better): "
-                     + "; ".join(parts) + f" -> {verdict}")  # fmt: skip
-    head = (
-        "Low-data hypothesis (test bpc; 95% Welch t intervals over seeds), judged against "
-        f"the dense metric (only M's parametrisation differs): {edges['dense'][0]}.\n"
-        f"Against dot product (distance, shared projection and metric all differ at once): "
-        f"{edges['dot'][0]}."
-    )
-    return head + "\n" + "\n".join(lines)
-
-
-def precision_verdict(summary: pd.DataFrame) -> str:
-    """What bfloat16 autocast costs each variant of the stability part: its test bpc minus
-    the same variant's float32 run of the main part on the same seed (same initialisation
-    and data order), as a 95% paired t interval over those seeds."""
-    sub = finals(summary)
-    sub = sub[sub["part"].isin(["main", "stability"]) & (sub["fraction"] == 1.0)]
-    lines = []
-    for variant in sub[sub["precision"] == "bfloat16"]["variant"].unique():
-        runs = sub[sub["variant"] == variant].pivot_table(
-            index="seed", columns="precision", values="test_bpc"
-        )
-        diffs = (runs["bfloat16"] - runs["float32"]).dropna()
-        d, n = float(diffs.mean()), len(diffs)
-        if n < 2:
-            lines.append(f"{variant} {d:+.3f} (n={n}, no interval)")
-            continue
-        half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * diffs.std(ddof=1) / math.sqrt(n)
-        lo, hi = d - half, d + half
-        word = "worse" if lo > 0 else "better" if hi < 0 else "no difference shown"
-        lines.append(f"{variant} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n} seeds): {word}")
-    if not lines:
-        return "No bfloat16 runs: the stability part was not run."
-    return ("bfloat16 autocast minus float32 on the same seed, test bpc (95% paired t over "
-            "seeds; positive: bfloat16 worse): " + "; ".join(lines))  # fmt: skip
-
-
-def _edge_verdict(low, full) -> str:
-    d_low, lo_low, _, n = low
-    if math.isnan(lo_low) or math.isnan(full[1]):
-        return f"NOT TESTABLE (needs at least 2 seeds per variant and fraction; have {n})"
-    if lo_low > 0 and d_low > full[0]:
-        return "HELD (the edge at the smallest fraction excludes 0 and exceeds full data's)"
-    if d_low > 0 and d_low > full[0]:
-        return "INCONCLUSIVE (the edge leans that way but its interval includes 0)"
-    return "DID NOT HOLD at this budget"
-
-
-def contrasts(summary: pd.DataFrame) -> list[str]:
-    """The comparisons the study was built for (test bpc differences of the main part,
-    95% Welch t), one sentence each."""
-    main = main_finals(summary)
-    mean = main.groupby("variant", sort=False)["test_bpc"].mean()
-    out = []
-    for a, b, what in [
-        ("matroidal m=2d", "dense", "matroidal vs dense, both with the seed's shared projection"),
-        ("matroidal m=2d (sep q/k)", "matroidal m=2d", "separate q/k vs shared z (matroidal)"),
-        ("dense (sep q/k)", "dense", "separate q/k vs shared z (dense)"),
-        ("matroidal m=2d", "dot", "matroidal (shared z) vs dot"),
-        ("matroidal m=2d (sep q/k)", "dot", "matroidal (separate q/k) vs dot"),
-    ]:
-        if a in mean.index and b in mean.index:
-            d, lo, hi, k = difference(main[main["variant"] == a]["test_bpc"],
-                                      main[main["variant"] == b]["test_bpc"])  # fmt: skip
-            ci = (
-                "no interval (one seed)"
-                if math.isnan(lo)
-                else f"95% Welch t [{lo:+.3f}, {hi:+.3f}]"
-            )
-            out.append(f"{what}: {d:+.3f} bpc, {ci}, n={k} (positive: {a} better)")
-    return out
-
-
-def findings(summary: pd.DataFrame) -> str:
-    """The comparisons the study was built for, in sentences, from the main part."""
-    main = main_finals(summary)
-    if not len(main):
-        return "No final runs of the main comparison."
-    g = main.groupby("variant", sort=False)
-    mean, n = g["test_bpc"].mean(), g["test_bpc"].count()
-    best = mean.idxmin()
-    out = [f"lowest test bpc: {best} ({mean.min():.3f}, n={n[best]})", *contrasts(summary)]
-    sat = main.groupby("variant", sort=False).apply(
-        lambda x: x["fast_saturated_rows"].sum() / max(x["fast_rows"].sum(), 1)
-    )
-    out.append("softmax rows saturated (one-hot to float32) inside training steps: "
-               + ", ".join(f"{k} {v:.1%}" for k, v in sat.items()))  # fmt: skip
-    out.append(f"non-finite values inside training steps: {int(main['fast_nonfinite'].sum())}; "
-               f"float64 fallbacks (separate q/k past the logit bound): "
-               f"{int(main['fast_fallbacks'].sum())}")  # fmt: skip
-    return "\n".join(out)
