@@ -10,6 +10,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 import torch
+from scipy import stats
 
 from structattn_lite.data import FALLBACK_LABEL, load_corpus, ptb_available
 from structattn_lite.records import RunRecord
@@ -176,6 +177,13 @@ def test_intervals_and_differences():
     assert text == f"2.000 ± {4.303 / math.sqrt(3):.3f} (n=3, 95% t)"
     d, lo, hi, n = difference([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
     assert d == pytest.approx(1.0) and lo > 0.5 and hi < 1.5 and n == 3
+    # unequal sizes and spreads: scipy's Welch interval on the same samples
+    a, b = [1.0, 1.1, 0.7], [2.0, 2.3, 1.9, 2.2]
+    ref = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    d, lo, hi, n = difference(a, b)
+    assert (lo, hi) == pytest.approx((ref.low, ref.high), rel=1e-9) and n == 3
+    d, lo, hi, n = difference([1.0], b)  # one seed: a difference, no interval
+    assert d == pytest.approx(1.1) and math.isnan(lo) and math.isnan(hi) and n == 1
 
 
 def test_precision_verdict_pairs_each_bfloat16_run_with_float32_on_its_seed():
