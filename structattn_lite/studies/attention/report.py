@@ -203,6 +203,11 @@ def _metric_drift(config: dict, weights) -> float:
     return float(np.abs(w / start - 1).max())
 
 
+def t_half_width(v: pd.Series) -> float:
+    """Half-width of the 95% Student-t interval on the mean of ``v`` (two values or more)."""
+    return stats.t.ppf(0.5 + LEVEL / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+
+
 def interval(values, digits: int = 3) -> str:
     """ "mean ± half-width (n=k, 95% t)"; one seed has no interval and says so."""
     v = pd.Series(values, dtype=float).dropna()
@@ -210,8 +215,7 @@ def interval(values, digits: int = 3) -> str:
         return "n/a"
     if len(v) == 1:
         return f"{v.iloc[0]:.{digits}f} (n=1, no interval)"
-    half = stats.t.ppf(0.5 + LEVEL / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
-    return f"{v.mean():.{digits}f} ± {half:.{digits}f} (n={len(v)}, 95% t)"
+    return f"{v.mean():.{digits}f} ± {t_half_width(v):.{digits}f} (n={len(v)}, 95% t)"
 
 
 def difference(a, b) -> tuple[float, float, float, int]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from scipy import stats
 
 from structattn_lite.studies.attention.report import (
-    LEVEL,
     difference,
     finals,
     float32_finals,
     main_finals,
+    t_half_width,
 )
 
 
@@ -77,7 +76,7 @@ def precision_verdict(summary: pd.DataFrame) -> str:
         if n < 2:
             lines.append(f"{variant} {d:+.3f} (n={n}, no interval)")
             continue
-        half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * diffs.std(ddof=1) / math.sqrt(n)
+        half = t_half_width(diffs)
         lo, hi = d - half, d + half
         word = "worse" if lo > 0 else "better" if hi < 0 else "no difference shown"
         lines.append(f"{variant} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n} seeds): {word}")
