@@ -214,3 +214,32 @@ def test_seed_batching_rejects_mixed_configs_and_falls_back(tmp_path):
         == [store.load("csp", c).key for c in configs]
     )
     assert first[0].extra["seed_batched"] == 2
+
+
+def test_paper_table4_grid_is_table4_in_the_paper_setting():
+    """Eight rows x 3 tasks x 5 seeds, each the paper_text run with only its row's
+    switches; the full rotated model is not retrained (it is the gap grid's run)."""
+    from structattn_lite.records import config_hash
+    from structattn_lite.studies.grokking import experiment as gk
+
+    runs = ab.grid("paper_table4")
+    assert len(runs) == 8 * 3 * 5
+    cells = {(ab.cell_of(dataclasses.asdict(c))["rotation"], ab.cell_of(dataclasses.asdict(c))["variant"])
+             for c in runs}  # fmt: skip
+    assert cells == set(ab.PAPER_TABLE4) - {("with", "+norm")}
+    assert all(c.hold_perfect == 10 and c.val_fraction > 0 and c.epochs == 300 for c in runs)
+    full = ab.paper_setting_run("mod3", "paper", 3, epochs=300, hold_perfect=10,
+                                model_options=ab.row_switches("paper", "with", "+norm"))  # fmt: skip
+    assert config_hash("csp", full) in {config_hash("csp", c) for c in gk.grid("gap")}
+
+
+def test_paper_table4_export_keeps_rows_of_earlier_sessions(tmp_path, monkeypatch):
+    monkeypatch.setattr(ab, "results_dir", lambda: tmp_path)
+    runs = [dataclasses.replace(c, epochs=1, n=200) for c in ab.grid("paper_table4")]
+    first, second = run_csp(runs[1], progress=False), run_csp(runs[0], progress=False)
+    (path,) = ab.export([first], grid="paper_table4")
+    ab.export([second], grid="paper_table4")
+    table = pd.read_csv(path)
+    assert table["seed"].tolist() == [0, 1]  # both kept, in grid order
+    ab.export([second], grid="paper_table4")  # exporting a run again replaces its row
+    assert len(pd.read_csv(path)) == 2
