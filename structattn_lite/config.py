@@ -78,6 +78,8 @@ def repo_root() -> Path:
 def data_root(root: str | os.PathLike | None = None) -> Path:
     """Argument, then ``STRUCTATTN_DATA``, then ``data/`` in the checkout."""
     if root is not None:
+        if not isinstance(root, (str, os.PathLike)):
+            raise ValueError(f"root must be a folder path (str or os.PathLike), got {root!r}")
         return Path(root)
     env = os.environ.get("STRUCTATTN_DATA")
     return Path(env) if env else repo_root() / "data"

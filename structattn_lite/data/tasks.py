@@ -48,6 +48,8 @@ def distinct_rows(
     ``max_draws`` bounds the rows drawn in all, for samplers under which some strings are
     so rare that collecting nearly all of them would take forever.
     """
+    if n == 0:  # e.g. no positives at balanced=0.0; callers reshape to (0, length)
+        return torch.empty(0, dtype=torch.long)
     seen: dict[bytes, torch.Tensor] = {}
     drawn = 0
     while len(seen) < n:

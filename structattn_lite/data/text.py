@@ -100,11 +100,14 @@ def encode(symbols: list[str], vocab: tuple[str, ...]) -> np.ndarray:
 
 
 def _missing_message(root: Path) -> str:
-    names = ", ".join(f for f, _, _ in PTB_FILES.values())
+    names = [f for f, _, _ in PTB_FILES.values()]
+    # Name what is missing from whichever of the two folders holds more of the files.
+    folder = max((root / "ptb", root), key=lambda d: sum((d / f).is_file() for f in names))
+    missing = ", ".join(f for f in names if not (folder / f).is_file())
     return (
-        f"Penn Treebank character files not found: looked for {names} in {root / 'ptb'} "
-        f"and {root}. Put the three files (data/ folder of Mikolov's simple-examples "
-        f"release) in {root / 'ptb'}, or set STRUCTATTN_DATA (or pass root=) to a folder "
+        f"Penn Treebank character files not found: {folder} lacks {missing} (looked for "
+        f"{', '.join(names)} in {root / 'ptb'} and {root}). Put the three files (data/ "
+        f"folder of Mikolov's simple-examples release) in {root / 'ptb'}, or set STRUCTATTN_DATA (or pass root=) to a folder "
         f"that holds ptb/, or run `structattn data fetch ptb` on a machine that is online."
     )
 
@@ -143,7 +146,14 @@ def verify_file(path: Path, size: int, md5: str) -> None:
 
 def read_char_file(path: Path) -> list[str]:
     """Symbols of a ptb.char file: single characters separated by one space; '\\n' kept."""
-    symbols = [s for s in path.read_text(encoding="utf-8").split(" ") if s]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path} is not a UTF-8 text file ({err.reason} at byte {err.start}); "
+            "replace it with the original ptb.char file"
+        ) from None
+    symbols = [s for s in text.split(" ") if s]
     bad = next((s for s in symbols if len(s) != 1), None)
     if bad is not None:
         raise ValueError(f"{path} is not a character file: found the token {bad!r}")
