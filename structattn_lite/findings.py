@@ -1,275 +1,160 @@
-"""The README's findings, rendered from the committed results of every study.
+"""The README's "What we found": a few sentences, the claims ledger, three figures.
 
-``render()`` builds the section from ``data/results``; ``structattn findings --write``
-puts it into README.md between two markers, and a test fails when the README's copy
-differs from what the committed tables say, so a re-run cannot leave stale numbers.
+Everything here is rendered from ``data/results`` through ``claims.ledger()``.
+``structattn findings --write`` rewrites ``data/results/claims.csv``, the three figures
+(``figures/findings_*.png``) and the README section between its markers; tests fail when
+any of them differs from what the committed records give.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from structattn_lite.config import repo_root
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from structattn_lite import claims, stats
+from structattn_lite.config import figures_dir, repo_root
+from structattn_lite.report import MODEL_STYLE, figure_size, save_figure
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 
-
-def _section(heading: str, bullets: list[str]) -> str:
-    """A finding: its bold heading, then one bullet per kind of result."""
-    return f"**{heading}**\n\n" + "\n".join(f"- {b}" for b in bullets)
-
-
-def _grokking() -> str:
-    from structattn_lite.studies.grokking import experiment, report
-
-    records = experiment.committed_records()
-    if not records:
-        return "**CSP grokking (notebook 03).** No committed grid."
-    table = report.grokking_table(records)
-    cells = "; ".join(
-        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap {r.gap_ours} "
-        f"vs paper {r.gap_paper}"
-        for r in table.itertuples()
-    )
-    return f"**CSP grokking (notebook 03, committed grid).** {cells}."
+GROUPS = {  # who made the claims -> the ledger ids' prefixes
+    "the CSP paper (Tables 3 and 4, grokking gaps, gradient-norm spikes)": (
+        "table3", "table4", "gap", "spike"),
+    "the authors' README length table (CSP-Vanilla)": ("authors",),
+    "the wider field (Grazzi et al.; the Chomsky-hierarchy paper) on parity at length": (
+        "grazzi", "chomsky"),
+}  # fmt: skip
+VERDICT_COLOR = {stats.REPRODUCED: "#1b7837", stats.NOT_REPRODUCED: "#b2182b",
+                 stats.UNDECIDED: "#878787"}  # fmt: skip
+FIGURES = ("findings_ledger", "findings_grokking", "findings_length")
 
 
-def _grokking_gap() -> str:
-    from structattn_lite.studies.grokking import experiment, report
-
-    records = experiment.committed_records("gap")
-    if not records:
-        return "**Grokking gap at the paper's sizes (notebook 03, grid `gap`).** Not committed yet."
-    table = report.grokking_table(records)
-    cells = [
-        f"{r.task}/`{r.preset}`: {r.seeds_at_100}/{r.seeds} seeds at 100%, gap "
-        f"{r.gap_ours} vs paper {r.gap_paper}, {r.verdict}; spike at the jump {r.spike_at_jump}."
-        for r in table.itertuples()
-    ]
-    configs = [r.config for r in records]
-    n = ", ".join(f"{t} {n}" for t, n in dict.fromkeys((c["task"], c["n"]) for c in configs))
-    seeds = sorted({c["seed"] for c in configs})
-    grid = (
-        f"{len(records)} runs, seeds {seeds} per task and preset, up to "
-        f"{max(c['epochs'] for c in configs)} epochs, strings: {n}, "
-        f"stopped after {configs[0]['hold_perfect']} epochs at 100% validation accuracy"
-    )
-    return _section(
-        "Grokking gap at the paper's sizes (notebook 03, grid `gap`; whole-string test "
-        "accuracy, early stop on validation only).",
-        [*cells, f"Grid: {grid}."],
-    )
+def _group(table: pd.DataFrame, prefixes: tuple[str, ...]) -> pd.DataFrame:
+    return table[table["id"].str.split("/").str[0].isin(prefixes)]
 
 
-def _paper_era() -> str:
-    from structattn_lite.studies.grokking import experiment, report
-
-    records = experiment.committed_records("paper_era")
-    if not records:
-        return "**The paper-era model (notebook 03, grid `paper_era`).** Not committed yet."
-    summary = report.jump_findings(records).split("\n\n")[0]
-    return (
-        "**The authors' paper-era model (befce39) under the paper-text protocol (notebook 03, "
-        f"grid `paper_era`, {len(records)} seeds).** {summary}"
-    )
+def _counted(n: dict[str, int]) -> str:
+    undecided = n[stats.UNDECIDED]
+    return (f"{n[stats.REPRODUCED]} reproduced, {n[stats.NOT_REPRODUCED]} did not and "
+            f"{undecided} {'is' if undecided == 1 else 'are'} undecided")  # fmt: skip
 
 
-def _attention() -> str:
-    from structattn_lite.studies.attention import report, verdicts
-    from structattn_lite.studies.attention.grids import GRIDS
-    from structattn_lite.studies.attention.tuning_report import (
-        best_known,
-        edge_check_verdict,
-        load_first_sweep,
-        rate_transfer_table,
-        rate_transfer_verdict,
-    )
-
-    summary = report.load_summary()
-    if summary is None:
-        return "**Attention (notebook 02).** No committed grid yet."
-
-    def cells(which: str, column: str = "test bpc") -> str:
-        table = report.measurement_table(summary, which)
-        return "; ".join(f"{r['variant']} {r[column]}" for _, r in table.iterrows()) or "no runs"
-
-    def low_data(runs) -> str:  # the verdict against each rival, with its smallest fraction's edge
-        edges = verdicts.low_data_edges(runs)
-        if not edges:
-            return "not tested (one fraction of the text)"
-        words = []
-        for rival, (verdict, res) in edges.items():
-            f, (d, lo, hi, n) = next(iter(res.items()))
-            words.append(f"against {rival} {verdict} ({d:+.3f} [{lo:+.3f}, {hi:+.3f}] at {f:.0%} of the text, n={n})")  # fmt: skip
-        return "; ".join(words)
-
-    first = load_first_sweep()
-    contrasts = [f"Contrasts at the committed rates: {'; '.join(verdicts.contrasts(summary))}."]
-    precision = (
-        f"Under bfloat16 autocast: {cells('stability')}. "
-        f"{verdicts.precision_verdict(summary).rstrip('.')}."
-    )
-    low = [f"at the committed rates: {low_data(summary)}"]
-    rates = edge_check_verdict(summary, GRIDS["committed"]["lrs"])
-    if first is not None:
-        rates += " " + rate_transfer_verdict(rate_transfer_table(first, summary), summary)
-        best = best_known(first, summary)
-        picked = best.groupby("variant", sort=False)["lr"].first()
-        contrasts.append(
-            "Contrasts with each variant at the better of its two full-budget rates on "
-            "validation ("
-            + ", ".join(f"{v} {lr:g}" for v, lr in picked.items())
-            + "): "
-            + "; ".join(verdicts.contrasts(best))
-            + "."
-        )
-        low_best = best_known(first, summary, parts=("main", "low data"))
-        low += [
-            f"at each variant's better rate on validation, fraction by fraction: {low_data(low_best)}",
-            f"at the first sweep's rate (every variant at 0.006): {low_data(first)}",
-        ]
-        precision += f" At the first sweep's rate, {verdicts.precision_verdict(first).rstrip('.')}."
-    bullets = [
-        f"Final runs, per variant: {cells('main')}.",
-        *contrasts,
-        "Low-data hypothesis (matroidal m=2d's edge in test bpc at the smallest fraction of "
-        "the text against its edge on all of it; 95% Welch t over seeds):"
-        + "".join(f"\n  - {line}." for line in low),
-        precision,
-        f"Digits (test accuracy): {cells('digits', 'test acc')}.",
-        f"Learning rates: {rates}",
-        f"Grid: {report.grid_caption(summary, GRIDS['committed']['lrs'])}.",
-    ]
-    return _section(
-        "Attention (notebook 02, committed grid; test bits per character, mean ± 95% t "
-        "interval over seeds).",
-        bullets,
-    )
+def sentences(table: pd.DataFrame) -> list[str]:
+    """The overall count, then one sentence per source of claims, filled from the ledger."""
+    out = [f"The ledger holds {len(table)} claims: {_counted(claims.counts(table))}."]
+    for words, prefixes in GROUPS.items():
+        group = _group(table, prefixes)
+        if len(group):
+            out.append(f"Of {len(group)} from {words}, {_counted(claims.counts(group))}.")
+    return out
 
 
-def _attention_long() -> str:
-    from structattn_lite.studies.attention import report, tuning_report
-    from structattn_lite.studies.attention.grids import RECIPE_TARGET_BPC
-
-    heading = "Attention at a longer budget (notebook 02, grid `long`; test bits per character)."
-    sweeps = {"current": "at the rates the committed grid chooses now",
-              "first": "at the first sweep's rate (every variant at 0.006)"}  # fmt: skip
-    summaries = {s: report.load_summary("long", sweep=s) for s in sweeps}
-    committed = report.load_summary("committed")
-    bullets = []
-    for sweep, words in sweeps.items():
-        summary = summaries[sweep]
-        if summary is None:
-            continue
-        main = report.measurement_table(summary, "main")
-        cells = "; ".join(f"{r['variant']} {r['test bpc']}" for _, r in main.iterrows())
-        budget = report.budget_table(report.load_committed_histories("long", sweep))
-        reached = [
-            f"seed {r['seed']} at step {r[f'step at <= {RECIPE_TARGET_BPC} val bpc']} after {r['core-minutes then']} core-minutes"
-            if r["core-minutes then"] != "" else f"seed {r['seed']} not within {r['steps']} steps (best {r['best val bpc']})"
-            for _, r in budget[budget["variant"] == "dot"].iterrows()
-        ]  # fmt: skip
-        drift = report.rate_drift(summary, committed) if sweep == "current" else ""
-        bullets.append(
-            f"{words.capitalize()}: {cells}. Dot product at or below {RECIPE_TARGET_BPC} "
-            f"validation bpc (the recipe's target on these machines): "
-            f"{'; '.join(reached) or 'no dot run'}. Grid: {report.grid_caption(summary)}. "
-            f"{drift}".rstrip()
-        )
-    if not bullets:
-        return f"**{heading}** Not committed yet."
-    if all(s is not None for s in summaries.values()):
-        table = tuning_report.rate_transfer_table(summaries["first"], summaries["current"])
-        bullets.append(tuning_report.rate_transfer_verdict(table, summaries["current"]))
-    return _section(heading, bullets)
+def ledger_figure(table: pd.DataFrame):
+    """Ours (mean and 95% interval over seeds) against the published number ± margin,
+    one line per claim with a published number, coloured by verdict."""
+    rows = table[table["published"].notna() & ~table["id"].str.startswith("gap/")]
+    rows = rows.iloc[::-1]
+    fig, ax = plt.subplots(figsize=figure_size(2, height=0.13 * len(rows) + 0.8))
+    y = range(len(rows))
+    margin = rows["rule"].str.extract(r"±([\d.]+)")[0].astype(float)
+    ax.barh(y, 2 * margin, left=rows["published"] - margin, height=0.6, color="#dddddd",
+            label="published ± margin")  # fmt: skip
+    for verdict, color in VERDICT_COLOR.items():
+        pick = (rows["verdict"] == verdict).to_numpy()
+        yy = [i for i, p in zip(y, pick, strict=True) if p]
+        sub = rows[pick]
+        ax.errorbar(sub["ours"], yy, xerr=[sub["ours"] - sub["low"].fillna(sub["ours"]),
+                    sub["high"].fillna(sub["ours"]) - sub["ours"]], fmt="o", color=color,
+                    ms=3, lw=1, label=f"ours: {verdict}")  # fmt: skip
+    unrun = (rows["ours"].isna() & (rows["seeds"] > 0)).to_numpy()
+    ax.scatter(rows["published"][unrun], [i for i, u in zip(y, unrun, strict=True) if u],
+               marker="x", color="#b2182b", s=12, label="no finite run (diverged)")  # fmt: skip
+    ax.set_yticks(list(y), [_short(i) for i in rows["id"]], fontsize=5.5)
+    ax.set_xlabel("accuracy or F1 (published beside ours)")
+    ax.set_xlim(-0.05, 1.08)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / (0.13 * len(rows) + 0.8)),
+              ncol=5, fontsize=6)  # fmt: skip
+    ax.set_title("Every claim with a published number: ours against it")
+    return fig
 
 
-def _ablations() -> str:
-    from structattn_lite.studies.ablations import report
-    from structattn_lite.studies.ablations.experiment import COMMITTED_CSV
-
-    results = report.load_results()
-    text = f"**Ablations (notebook 04).** {report.findings(results)['summary']} " + (
-        f"Grid: {report.grid_caption(results)}."
-    )
-    paper_text = report.load_results(COMMITTED_CSV["paper_text"], missing_ok=True)
-    if paper_text is not None:
-        prose = report.table3_findings(paper_text).replace("**Read from the table.**\n\n", "")
-        text += (
-            "\n\n**Table 3 at the paper's size (notebook 04, the text's model).** "
-            + " ".join(prose.removeprefix("- ").replace("\n- ", " ").split())
-            + f" Grid: {report.grid_caption(paper_text)}."
-        )
-    return text
+def _short(ident: str) -> str:
+    return ident.replace("authors_3bb9f71", "authors").replace("/", " · ")
 
 
-def _length() -> str:
-    from structattn_lite.studies.length import report
+def grokking_figure():
+    """The text's model at the paper's size: whole-string test accuracy per seed, with the
+    90%, 99% and 100% levels the gap is read between."""
+    from structattn_lite.studies.grokking.experiment import committed_records
 
-    curves = report.load_curves()
-    fixed = curves[curves["protocol"] == "fixed"]
-    parts = []
-    for task in ("parity", "mod3", "dyck1"):
-        held = [
-            m
-            for m in dict.fromkeys(fixed[fixed["task"] == task]["model"])
-            if (r := report.reach(curves, task, "fixed", m))["holds"] == r["longest"]
-        ]
-        longest = int(fixed["length"].max())
-        parts.append(f"{task}: {', '.join(held) or 'no model'} up to L = {longest}")
-    fit = report.findings(curves).get("fit", "").replace("**", "")
-    bullets = [
-        f"Models that hold whole-string accuracy ≥ {report.HOLDS} from their training length "
-        f"to the longest length: {'; '.join(parts)}.",
-        *([fit] if fit else []),
-        f"Grid: {report.length_caption(curves)}.",
-    ]
-    return _section("Length generalization (notebook 05, fixed protocol).", bullets)
-
-
-def _authors() -> str:
-    from structattn_lite.studies.length import authors, report
-
-    for grid in ("authors", "authors_short"):
-        curves = report.load_curves(grid)
-        if not curves.empty:
-            break
-    else:
-        return "**The authors' own length table (notebook 05).** No committed grid yet."
-    table = authors.authors_table(curves)
-    theirs = "authors' README"
-    by_task: dict[str, list[str]] = {}
-    for (task, length), row in table.iterrows():
-        by_task.setdefault(task, []).append(
-            f"L = {length}: ours {row['ours, all positions']} vs theirs {row[theirs]} "
-            f"({row['verdict']})"
-        )
-    return _section(
-        f"The authors' own model and protocol (notebook 05, grid `{grid}`), all positions, "
-        "mean ± 95% CI over seeds.",
-        [
-            *(f"{task}: {'; '.join(rows)}." for task, rows in by_task.items()),
-            f"Grid: {report.length_caption(curves)}.",
-        ],
-    )
+    records = [r for r in committed_records("gap") if r.config["preset"] == "paper"]
+    tasks = list(claims.TASK_NAME)
+    fig, axes = plt.subplots(1, 3, figsize=figure_size(2, height=2.2), sharey=True)
+    style = MODEL_STYLE["csp_paper"]
+    for ax, task in zip(axes, tasks, strict=True):
+        for r in (r for r in records if r.config["task"] == task):
+            h = r.history
+            ax.plot(h["epoch"], h[claims.GAP_METRIC], color=style["color"], lw=0.8, alpha=0.8)
+        for level, ls, va in ((0.9, ":", "bottom"), (0.99, "--", "top"), (1.0, "-", "bottom")):
+            ax.axhline(level, color="#555555", ls=ls, lw=0.6)
+            ax.text(0.02, level, f"{level:.0%}", transform=ax.get_yaxis_transform(),
+                    fontsize=6, va=va, ha="left", color="#555555")  # fmt: skip
+        ax.set_title(claims.TASK_NAME[task])
+        ax.set_xlabel("epoch")
+        ax.set_ylim(0.4, 1.02)
+    axes[0].set_ylabel("whole-string test accuracy")
+    fig.suptitle(f"{style['name']} at the paper's size, one line per seed (grid 'gap')")
+    fig.tight_layout()
+    return fig
 
 
-def render() -> str:
-    """The findings section, from the committed tables."""
-    parts = [
-        _attention(),
-        _attention_long(),
-        _grokking(),
-        _paper_era(),
-        _grokking_gap(),
-        _ablations(),
-        _length(),
-    ]
-    return "\n\n".join([*parts, _authors()])
+LENGTH_MODELS = ("lstm", "gru", "transformer", "diag_rnn", "diag_rnn_neg", "csp_paper")
+
+
+def length_figure():
+    """Parity far past the training length (16): whole-string accuracy, mean over seeds."""
+    curves = pd.read_csv(claims.results_dir() / "length_generalization.csv.gz")
+    parity = curves[curves["task"] == "parity"]
+    fig, ax = plt.subplots(figsize=figure_size(1, height=2.3))
+    for model in LENGTH_MODELS:
+        at = parity[parity["model"] == model].groupby("length")["seq_acc"].mean()
+        style = MODEL_STYLE[model]
+        ax.plot(at.index, at.values, color=style["color"], marker=style["marker"], ms=2.5,
+                markevery=4, lw=1, label=style["name"])  # fmt: skip
+    ax.axvline(16, color="#555555", ls=":", lw=0.6)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("string length (trained at 16)")
+    ax.set_ylabel("whole-string accuracy, parity")
+    ax.legend(fontsize=6, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def figures_markdown() -> str:
+    return "\n".join(f"![{name}](figures/{name}.png)" for name in FIGURES)
+
+
+def render(table: pd.DataFrame | None = None) -> str:
+    """The section, from the ledger."""
+    table = claims.ledger() if table is None else table
+    rules = "\n".join(f"- **{name}**: {text}" for name, text in stats.RULES.items())
+    return "\n\n".join([
+        " ".join(sentences(table)),
+        figures_markdown(),
+        "The rules, fixed before the runs were read (`structattn_lite/stats.py`), with "
+        f"margins ±{stats.ACCURACY_MARGIN} on accuracy and F1 and ±{stats.LENGTH_MARGIN} "
+        "far past the training length:\n\n" + rules,
+        claims.markdown(table),
+        "Every row's protocol, grid, notebook section and command are in "
+        "`data/results/claims.csv`.",
+    ])  # fmt: skip
 
 
 def readme_section(text: str | None = None) -> str:
-    """The findings currently in README.md (between the markers)."""
+    """The section currently in README.md (between the markers)."""
     text = text if text is not None else (repo_root() / "README.md").read_text()
     match = re.search(re.escape(START) + r"\n(.*?)\n" + re.escape(END), text, re.S)
     if not match:
@@ -277,7 +162,22 @@ def readme_section(text: str | None = None) -> str:
     return match.group(1)
 
 
+def write_figures(out: Path | None = None) -> list[Path]:
+    """Render the three figures into ``out`` (default ``figures/``), PNG only."""
+    drawn = {"findings_ledger": lambda: ledger_figure(claims.ledger()),
+             "findings_grokking": grokking_figure, "findings_length": length_figure}  # fmt: skip
+    paths = []
+    for name in FIGURES:
+        fig = drawn[name]()
+        paths.append(save_figure(fig, *name.split("_", 1), out=out or figures_dir(), pdf=False)[0])
+        plt.close(fig)
+    return paths
+
+
 def write_readme() -> None:
+    """Rewrite claims.csv, the three figures and the README section."""
+    claims.write()
+    write_figures()
     path = repo_root() / "README.md"
     text = path.read_text()
     old = readme_section(text)

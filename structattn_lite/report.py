@@ -77,6 +77,19 @@ def line_style(k: int) -> dict:
 
 use_style()
 
+# One name, colour and marker per model or variant, in every figure (issue: colours by
+# list position changed between figures).
+MODEL_STYLE = {
+    name: {"name": display, "color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+    for i, (name, display) in enumerate({
+        "csp_paper": "CSP, the text", "csp_code_switches": "CSP, code switches",
+        "csp_authors": "CSP, the authors' code", "lstm": "LSTM", "gru": "GRU",
+        "transformer": "Transformer", "diag_rnn": "diagonal RNN [0, 1]",
+        "diag_rnn_neg": "diagonal RNN [-1, 1]", "complex_rnn": "complex RNN",
+        "dot": "dot product", "dense": "dense Mahalanobis", "matroidal m=2d": "matroidal m=2d",
+    }.items())
+}  # fmt: skip
+
 # Fixed metadata so re-rendering the same figure gives the same bytes.
 _PNG_META = {"Software": None}
 _PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
@@ -88,6 +101,8 @@ def save_figure(
     name: str,
     profile: str | None = None,
     corpus: str | None = None,
+    out: Path | None = None,
+    pdf: bool = True,
 ) -> list[Path]:
     """Write ``<notebook>_<name>.png`` and ``.pdf`` into ``figures/``; returns both paths.
 
@@ -96,7 +111,7 @@ def save_figure(
     it can never pass for a committed figure.
     """
     scratch = profile == "smoke" or corpus not in (None, "ptb")
-    out = figures_dir("smoke" if scratch else profile)
+    out = out or figures_dir("smoke" if scratch else profile)
     if scratch:
         fig.suptitle(
             f"[scratch: profile {profile}, corpus {corpus or 'n/a'}]",
@@ -106,11 +121,13 @@ def save_figure(
         )
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{notebook}_{name}"
-    png, pdf = stem.with_suffix(".png"), stem.with_suffix(".pdf")
+    png = stem.with_suffix(".png")
     # a small pad: the saved file stays within the column the figure was drawn for
     fig.savefig(png, dpi=SAVE_DPI, bbox_inches="tight", pad_inches=0.02, metadata=_PNG_META)
-    fig.savefig(pdf, bbox_inches="tight", pad_inches=0.02, metadata=_PDF_META)
-    return [png, pdf]
+    if not pdf:
+        return [png]
+    fig.savefig(stem.with_suffix(".pdf"), bbox_inches="tight", pad_inches=0.02, metadata=_PDF_META)
+    return [png, stem.with_suffix(".pdf")]
 
 
 def _verdict_color(value) -> str:
@@ -372,5 +389,7 @@ def browser(
     for w in (*pickers.values(), *fixed.values()):
         w.observe(redraw, names="value")
     redraw()
-    controls = [source, *pickers.values(), *fixed.values()]
+    # one source is a fact, not a choice: a label, not a dropdown with one option
+    shown = source if len(names) > 1 else widgets.Label(f"source: {names[0]}")
+    controls = [shown, *pickers.values(), *fixed.values()]
     return widgets.VBox([widgets.HBox(controls, layout=widgets.Layout(flex_flow="row wrap")), out])

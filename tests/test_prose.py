@@ -5,7 +5,9 @@ import json
 import re
 from pathlib import Path
 
-from structattn_lite import findings
+import pandas as pd
+
+from structattn_lite import claims, findings, stats
 from structattn_lite.studies.ablations.experiment import (
     MAX_HALF_WIDTH,
     PAPER_TABLE3,
@@ -17,6 +19,7 @@ from structattn_lite.studies.length.experiment import GRIDS as LENGTH_GRIDS
 from structattn_lite.studies.length.report import AUTHORS
 
 ROOT = Path(__file__).resolve().parents[1]
+TASKS = ("parity", "mod3", "dyck1")
 
 # Decimals a notebook may type: the papers' and the authors' published numbers (held in
 # the package, beside which ours are shown), and facts about the tasks themselves.
@@ -49,10 +52,33 @@ def typed_numbers(text: str) -> list[float]:
     return found
 
 
-def test_readme_findings_are_the_committed_tables_rendered():
+def test_readme_findings_are_the_ledger_rendered_from_the_records():
     assert findings.readme_section() == findings.render(), (
         "README findings differ from data/results: run `structattn findings --write`"
     )
+
+
+def test_committed_ledger_is_what_the_records_give():
+    pd.testing.assert_frame_equal(claims.committed(), claims.ledger(), check_dtype=False)
+
+
+def test_findings_figures_are_what_the_records_render(tmp_path):
+    stale = [p.name for p in findings.write_figures(tmp_path)
+             if p.read_bytes() != (ROOT / "figures" / p.name).read_bytes()]  # fmt: skip
+    assert not stale, f"stale figures (run `structattn findings --write`): {stale}"
+
+
+def test_every_claim_the_ledger_owes_has_its_row():
+    ids = set(claims.ledger()["id"])
+    owed = {f"table3/{loss}/{task}" for loss in ("focal", "ce") for task in TASKS}
+    owed |= {f"table4/{rot}/{row}/{task}" for rot in ("with", "without")
+             for row in ("base", "+silu", "+skip", "+norm") for task in TASKS}  # fmt: skip
+    owed |= {"table4/with/layernorm/dyck1"}
+    owed |= {f"{kind}/paper/{task}" for kind in ("gap", "spike") for task in TASKS}
+    owed |= {f"authors/{task}/L{n}" for task in TASKS for n in (16, 32, 64)}
+    owed |= {"grazzi/diag_rnn", "grazzi/diag_rnn_neg", "chomsky/lstm", "chomsky/transformer"}
+    assert owed <= ids, sorted(owed - ids)
+    assert set(claims.ledger()["verdict"]) <= set(stats.VERDICTS)
 
 
 def test_no_notebook_types_a_result_in_its_prose():
@@ -72,33 +98,3 @@ def test_no_notebook_types_a_result_in_its_prose():
 def test_the_prose_checker_catches_a_typed_result():
     assert typed_numbers("parity reaches 0.97 and 62% of test strings leak") == [0.97, 0.62]
     assert typed_numbers("$C_8 = 1.430$, section 2.4 and version 2.14.1") == []
-
-
-def test_attention_findings_give_each_kind_of_result_its_own_bullet():
-    attention = findings.render().split("\n\n**")[0]  # up to the next study's heading
-    bullets = [line for line in attention.splitlines() if line.startswith(("- ", "  - "))]
-    expected = [
-        "- Final runs, per variant: dot ",
-        "- Contrasts at the committed rates: ",
-        "- Contrasts with each variant at the better of its two full-budget rates",
-        "- Low-data hypothesis (",
-        "  - at the committed rates: against dense ",
-        "  - at each variant's better rate on validation, fraction by fraction: ",
-        "  - at the first sweep's rate (every variant at 0.006): ",
-        "- Under bfloat16 autocast: ",
-        "- Digits (test accuracy): ",
-        "- Learning rates: ",
-        "- Grid: ",
-    ]
-    assert len(bullets) == len(expected)
-    for line, start in zip(bullets, expected, strict=True):
-        assert line.startswith(start), (start, line[:80])
-
-
-def test_long_attention_findings_set_both_sweeps_side_by_side():
-    long = findings.render().split("\n\n**Attention at a longer budget")[1].split("\n\n**")[0]
-    bullets = [line for line in long.splitlines() if line.startswith("- ")]
-    starts = ["- At the rates the committed grid chooses now: dot ",
-              "- At the first sweep's rate (every variant at 0.006): dot ",
-              "- Over the finals' 8,000 steps, the rate the 600-step tuning runs chose"]  # fmt: skip
-    assert [b[: len(s)] for b, s in zip(bullets, starts, strict=True)] == starts

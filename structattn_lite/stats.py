@@ -1,0 +1,199 @@
+"""The study's one statistics module: intervals over seeds and the verdict rules.
+
+Every verdict in the study is one of three words, each with a short reason:
+
+- **reproduced**: the 95% interval of ours lies inside the published number's margin;
+- **not reproduced**: the interval lies wholly outside that margin (or the runs cannot
+  produce the number at all: most seeds diverged, or too few reached a threshold);
+- **undecided**: anything else (the interval straddles the margin's edge, too few seeds,
+  no published number, no run at the claim's protocol).
+
+The rules and their margins are fixed here, before any run is read, and printed next to
+the claims table (``RULES``). A rule never looks at which way the result goes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", "undecided"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED)
+LEVEL = 0.95
+MIN_SEEDS = 3  # fewer finite seeds than this decide nothing
+
+# Equivalence margins, in the claim's own units.
+ACCURACY_MARGIN = 0.02  # accuracy or F1: the paper prints two digits; 0.02 is its last digit x2
+LENGTH_MARGIN = 0.05  # accuracy far past the training length, where papers report rough levels
+
+RULES = {
+    "equivalence": (
+        f"reproduced when the {LEVEL:.0%} t interval of our mean over seeds lies inside the "
+        "published number ± the margin; not reproduced when it lies wholly outside; undecided "
+        f"otherwise or with fewer than {MIN_SEEDS} finite seeds. A row whose seeds mostly "
+        "diverged is not reproduced (its model does not train as described)."
+    ),
+    "gap": (
+        f"epochs from the first 90% to the first 100% (and 99%) test accuracy, per seed; a seed "
+        "that never reaches the threshold is censored at its last epoch (Kaplan-Meier median). "
+        f"Reproduced when every seed reached it and the {LEVEL:.0%} Welch interval of ours "
+        "minus the paper's lies inside ± the paper's sd; not reproduced when it lies wholly "
+        "outside, or when fewer than half the seeds reached the threshold; undecided "
+        "otherwise, or when fewer than "
+        f"{MIN_SEEDS} seeds sit at chance before the jump (no grokking phase to measure)."
+    ),
+    "majority": (
+        f"the share of seeds with the property, with its {LEVEL:.0%} Clopper-Pearson "
+        "interval: reproduced when the interval lies above 1/2, not reproduced when below, "
+        "undecided otherwise."
+    ),
+    "difference": (
+        f"the {LEVEL:.0%} Welch t interval of the difference of means: reproduced when it "
+        "lies on the claimed side of 0 (or inside ± the margin, for an 'equal or better' "
+        "claim), not reproduced when it lies wholly on the other side, undecided otherwise."
+    ),
+}
+
+
+# --- intervals -----------------------------------------------------------------------
+
+
+def t_half_width(sd: float, n: int, level: float = LEVEL) -> float:
+    """Half-width of the t interval of a mean over ``n`` values (NaN below two)."""
+    if n < 2 or sd is None or math.isnan(sd):
+        return math.nan
+    return float(stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
+
+
+def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, int]:
+    """(mean, low, high, n) of the finite values; low = high = mean for one value."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = float(x.mean())
+    half = t_half_width(float(x.std(ddof=1)), len(x), level) if len(x) > 1 else math.nan
+    return mean, mean - half, mean + half, len(x)
+
+
+def welch_difference(a: tuple, b: tuple, level: float = LEVEL) -> tuple[float, float, float]:
+    """mean(A) - mean(B) and its Welch t interval, from (mean, sd, n) of each sample."""
+    (ma, sa, na), (mb, sb, nb) = a, b
+    va, vb = sa**2 / na, sb**2 / nb
+    diff = ma - mb
+    if va + vb == 0:
+        return diff, diff, diff
+    dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    half = stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)
+    return diff, diff - half, diff + half
+
+
+def summary(values: Sequence[float]) -> tuple[float, float, int]:
+    """(mean, sd, n) of the finite values, the form ``welch_difference`` takes."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL):
+    """mean(a - b) over pairs (same seed) and its t interval: (mean, low, high, n)."""
+    return mean_interval([x - y for x, y in zip(a, b, strict=True)], level)
+
+
+def share_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Clopper-Pearson interval of a share k / n."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def km_median(times: Sequence[float], reached: Sequence[bool]) -> float:
+    """Kaplan-Meier median of times where ``reached`` is False for a censored value (the
+    event not seen by that time); inf when the survival curve never falls to 1/2."""
+    times = np.asarray(times, dtype=float)
+    reached = np.asarray(reached, dtype=bool)
+    if not reached.any():
+        return math.inf
+    data = stats.CensoredData.right_censored(times, ~reached)
+    sf = stats.ecdf(data).sf
+    below = sf.quantiles[sf.probabilities <= 0.5]
+    return float(below[0]) if len(below) else math.inf
+
+
+# --- verdicts ------------------------------------------------------------------------
+
+
+def _fmt(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}"
+
+
+def equivalence(
+    values: Sequence[float],
+    published: float,
+    margin: float,
+    *,
+    diverged: int = 0,
+    digits: int = 3,
+) -> tuple[str, str]:
+    """(verdict, reason) for "our mean equals ``published``" within ± ``margin``.
+
+    ``values`` are the finite per-seed numbers; ``diverged`` counts seeds that produced
+    none (a non-finite loss).
+    """
+    n = len([v for v in values if v is not None and np.isfinite(v)])
+    total = n + diverged
+    if published is None or math.isnan(published):
+        return UNDECIDED, "the paper gives no number"
+    if total == 0:
+        return UNDECIDED, "not run yet"
+    if diverged * 2 > total:
+        return NOT_REPRODUCED, f"{diverged} of {total} seeds diverged (non-finite loss)"
+    if n < MIN_SEEDS:
+        return UNDECIDED, f"{n} finite seed(s), fewer than {MIN_SEEDS}"
+    mean, low, high, _ = mean_interval(values)
+    if math.isnan(low):  # every seed the same value
+        low = high = mean
+    lo, hi = published - margin, published + margin
+    note = f"; {diverged} of {total} seeds diverged" if diverged else ""
+    if lo <= low and high <= hi:
+        return REPRODUCED, f"interval inside {_fmt(published, 2)} ± {margin}{note}"
+    if high < lo or low > hi:
+        side = "above" if low > hi else "below"
+        return NOT_REPRODUCED, f"interval wholly {side} {_fmt(published, 2)} ± {margin}{note}"
+    return UNDECIDED, f"interval ±{(high - low) / 2:.{digits}f} crosses the margin's edge{note}"
+
+
+def majority(k: int, n: int, what: str) -> tuple[str, str]:
+    """(verdict, reason) for "most seeds show ``what``": k of n seeds do."""
+    if n == 0:
+        return UNDECIDED, f"no seed to look for {what} in"
+    low, high = share_interval(k, n)
+    reason = f"{k} of {n} seeds {what} (95% CP {low:.2f}-{high:.2f})"
+    if low > 0.5:
+        return REPRODUCED, reason
+    if high < 0.5:
+        return NOT_REPRODUCED, reason
+    return UNDECIDED, reason
+
+
+def difference(
+    a: Sequence[float], b: Sequence[float], *, margin: float = 0.0, claim: str = "greater"
+) -> tuple[tuple[float, float, float], str, str]:
+    """((diff, low, high), verdict, reason) for a claim about mean(a) - mean(b).
+
+    ``claim``: "greater" (a beats b: the interval above 0), "less" (below 0), or
+    "not_worse" (a - b >= -margin: the interval above -margin).
+    """
+    sa, sb = summary(a), summary(b)
+    if min(sa[2], sb[2]) < MIN_SEEDS:
+        nan = (math.nan, math.nan, math.nan)
+        return nan, UNDECIDED, f"{min(sa[2], sb[2])} seed(s) on a side, fewer than {MIN_SEEDS}"
+    diff, low, high = welch_difference(sa, sb)
+    edge = {"greater": 0.0, "less": 0.0, "not_worse": -margin}[claim]
+    text = f"Welch {diff:+.3f} [{low:+.3f}, {high:+.3f}]"
+    lo, hi = (-high, -low) if claim == "less" else (low, high)  # "less": a - b below 0
+    if lo > edge:
+        return (diff, low, high), REPRODUCED, text
+    if hi < edge:
+        return (diff, low, high), NOT_REPRODUCED, text
+    return (diff, low, high), UNDECIDED, f"{text} contains {edge:+g}"

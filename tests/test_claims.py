@@ -1,0 +1,48 @@
+"""The claims ledger's gap rule on histories made by hand."""
+
+import pandas as pd
+
+from structattn_lite import claims, stats
+
+
+def history(accuracy, spike_at=None):
+    norms = [1.0] * len(accuracy)
+    if spike_at is not None:
+        norms[spike_at - 1] = 50.0
+    return pd.DataFrame({"epoch": range(1, len(accuracy) + 1), "test_seq_acc": accuracy,
+                         "grad_norm_max": norms})  # fmt: skip
+
+
+def test_seed_gaps_reads_jump_gaps_plateau_and_spike():
+    h = history([0.5, 0.5, 0.52, 0.95, 0.99, 1.0], spike_at=4)
+    g = claims.seed_gaps(h, "parity")
+    assert (g["jump"], g["gap_99"], g["gap_100"], g["plateau"]) == (4, 1, 2, True)
+    assert g["spike_offset"] == 0
+    never = claims.seed_gaps(history([0.5, 0.5, 0.95, 0.99, 0.995]), "parity")
+    assert never["gap_100"] is None and never["gap_99"] == 1
+    no_plateau = claims.seed_gaps(history([0.93, 0.95, 1.0]), "dyck1")
+    assert not no_plateau["plateau"]
+
+
+def _seeds(histories, task="parity"):
+    return pd.DataFrame([claims.seed_gaps(h, task) for h in histories])
+
+
+def test_gap_rule_counts_censored_seeds_instead_of_dropping_them():
+    # Four seeds jump at 3 and stall below 100%; one reaches 100% one epoch after.
+    stall = history([0.5, 0.5, 0.95] + [0.99] * 50)
+    quick = history([0.5, 0.5, 0.95, 1.0])
+    *_, verdict, reason = claims._gap_verdict(_seeds([stall] * 4 + [quick]), (1.0, 0.5), "gap_100")
+    assert verdict == stats.NOT_REPRODUCED and "1 of 5 seeds reached 100%" in reason
+
+
+def test_gap_rule_has_nothing_to_measure_without_a_plateau():
+    seeds = _seeds([history([0.95, 0.97, 1.0])] * 5, "dyck1")
+    *_, verdict, reason = claims._gap_verdict(seeds, (12.7, 3.4), "gap_100")
+    assert verdict == stats.UNDECIDED and reason.startswith("no grokking phase")
+
+
+def test_gap_rule_reproduces_a_gap_inside_the_papers_spread():
+    seeds = _seeds([history([0.5, 0.5, 0.95] + [0.97] * k + [1.0]) for k in (2, 3, 3, 4, 3)])
+    *_, verdict, _ = claims._gap_verdict(seeds, (4.0, 1.5), "gap_100")
+    assert verdict == stats.REPRODUCED
