@@ -1,10 +1,13 @@
 """A per-run lock file, so two processes never train the same config at once.
 
 The lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local disks and NFSv3+)
-holding the owner's pid, host name and start time. A lock is stale, and is taken over,
-when its pid is no longer alive on this host or when the file has not been touched for
-``stale_after`` seconds (a holder on another host cannot be probed; long runs call
-:meth:`RunLock.refresh` to say they are still alive).
+holding the owner's pid, host name and start time. A lock is judged by its holder's
+process first: one whose pid is alive on this host is never taken over, whatever its
+age, and one whose pid is gone is taken over at once. A holder on another host cannot
+be probed, so its lock is taken over once the file has not been touched for
+``stale_after`` seconds (long runs call :meth:`RunLock.refresh` at each checkpoint to
+say they are still alive). An empty or garbage lock (a full disk, a crash mid-write) is
+taken over once it is a few seconds old, past any write in progress.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from structattn_lite.config import check_number
 
 DEFAULT_STALE_AFTER = 24 * 3600.0  # longer than any single run of the paper profile
+UNREADABLE_AFTER = 10.0  # seconds: an unreadable lock older than this is no write in progress
 
 
 class RunLockedError(RuntimeError):
@@ -37,6 +41,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _parse_owner(text: str) -> dict[str, Any]:
+    """A lock file's content; {} when empty, half-written or garbage."""
+    try:
+        owner = json.loads(text)
+    except ValueError:
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
 class RunLock:
     """``with RunLock(path): train()``; a live lock held elsewhere raises RunLockedError."""
 
@@ -50,11 +63,11 @@ class RunLock:
     def owner(self) -> dict[str, Any] | None:
         """The holder's pid, host and time, or None when unlocked (or unreadable)."""
         try:
-            return json.loads(self.path.read_text())
+            return _parse_owner(self.path.read_text())
         except FileNotFoundError:
             return None
-        except (ValueError, OSError):
-            return {}  # half-written or garbage: judged by its age alone
+        except OSError:
+            return {}
 
     def stale_reason(self, owner: dict[str, Any]) -> str | None:
         """Why this lock may be taken over, or None when its holder may still be alive."""
@@ -62,11 +75,14 @@ class RunLock:
             age = time.time() - self.path.stat().st_mtime
         except FileNotFoundError:
             return "released meanwhile"
+        pid, host = owner.get("pid"), owner.get("host")
+        if not (isinstance(pid, int) and isinstance(host, str)):
+            # No holder named: written just now by a process still writing, or never whole.
+            return f"unreadable and {age:.0f} s old" if age > UNREADABLE_AFTER else None
+        if host == socket.gethostname():  # liveness decides, whatever the age
+            return None if pid_alive(pid) else f"its process {pid} is no longer alive on {host}"
         if age > self.stale_after:
             return f"untouched for {age:.0f} s (stale_after={self.stale_after:.0f} s)"
-        pid, host = owner.get("pid"), owner.get("host")
-        if host == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid):
-            return f"its process {pid} is no longer alive on {host}"
         return None
 
     # --- acquire / release -----------------------------------------------------------
@@ -92,8 +108,12 @@ class RunLock:
                     raise RunLockedError(self._held_message(owner)) from None
                 self._break(owner)
                 continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(token)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(token)
+            except OSError:  # a full disk: leave no empty lock behind to block the run
+                self.path.unlink(missing_ok=True)
+                raise
             self.token = token
             return self
         raise RunLockedError(f"could not take the lock {self.path}: it keeps being re-created")
@@ -106,15 +126,13 @@ class RunLock:
         except FileNotFoundError:
             return  # someone else broke or released it first
         try:
-            if json.loads(aside.read_text() or "{}") != seen:
+            if _parse_owner(aside.read_text()) != seen:
                 # A live holder re-took it between our read and our rename: restore it
                 # (link fails if yet another process already holds the path).
                 try:
                     os.link(aside, self.path)
                 except FileExistsError:
                     pass
-        except ValueError:
-            pass  # still garbage: gone for good
         finally:
             aside.unlink(missing_ok=True)
 
@@ -126,14 +144,22 @@ class RunLock:
         )
         return (
             f"this run is already being trained by {who} (lock file {self.path}). Wait for "
-            f"it to finish, or delete the lock file if that process is gone; a lock untouched "
-            f"for {self.stale_after:.0f} s is taken over automatically."
+            f"it to finish. A lock whose process is gone from this host is taken over at "
+            f"once; one held on another host once untouched for {self.stale_after:.0f} s."
         )
 
     def refresh(self) -> None:
-        """Touch the lock so other hosts see its holder is alive (call every few minutes)."""
-        if self.token is not None:
-            os.utime(self.path)
+        """Touch the lock so other hosts see its holder is alive (call every few minutes).
+
+        Only while the lock is still ours, and never raising: a lost refresh only makes
+        the lock look older to other hosts."""
+        if self.token is None:
+            return
+        try:
+            if self.path.read_text() == self.token:
+                os.utime(self.path)
+        except OSError:
+            pass
 
     def release(self) -> None:
         """Remove the lock if it is still ours (never someone else's that took it over)."""
