@@ -3,16 +3,21 @@
 A record carries the config, seed, package version, status and per-epoch history, so
 every number in a table can be traced to the run that made it. The store keys each
 record by a hash of its full config and writes it atomically; a finished record on disk
-is reused, a corrupt one reported, set aside and recomputed (see ``runs.sweep``).
+is reused, a corrupt or incomplete one reported, set aside and recomputed (see
+``runs.sweep``). A record or checkpoint that cannot be read or written raises
+:class:`StoreError`, which names the path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
+import math
 import os
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -108,7 +113,65 @@ FINISHED = ("ok", "early_stop", "diverged")
 
 
 class CorruptRecordWarning(UserWarning):
-    """A record on disk could not be read; it was moved aside and the run recomputed."""
+    """A record (or checkpoint) on disk could not be read or is incomplete; it was moved
+    aside and the run recomputed."""
+
+
+class StoreError(OSError):
+    """A record, checkpoint or lock could not be read or written; the message names the
+    path. ``store_wide``: the whole store is affected (a full disk, a read-only file
+    system), not one path, so training more runs is pointless."""
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.errno = getattr(cause, "errno", None)
+
+    @property
+    def store_wide(self) -> bool:
+        return self.errno in (None, errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def set_aside(path: Path, aside: Path, why: str, stacklevel: int = 3) -> Path | None:
+    """Move a corrupt file to ``aside`` (or ``aside.1``, ... never overwriting an older
+    one) with a warning; None when another process moved it first."""
+    aside = _free_name(aside)
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return None  # a second sweep met the same file and set it aside first
+    warnings.warn(
+        f"{path} {why}; moved to {aside.name} and recomputing",
+        CorruptRecordWarning,
+        stacklevel=stacklevel,
+    )
+    return aside
+
+
+def incomplete(record: RunRecord) -> str | None:
+    """Why a record that says it finished is not a whole result, or None when it is.
+
+    A finished run (other than a diverged one) has a history whose last row holds every
+    metric it logged, finite, and finite final metrics (``extra["final"]``) if it has any.
+    """
+    if record.status not in FINISHED or record.status == "diverged":
+        return None
+    if record.history.empty:
+        return "has an empty history"
+    history = record.history
+    final = record.extra.get("final")
+    last = {
+        **history.iloc[-1].to_dict(),
+        **({f"final {k}": v for k, v in final.items()} if isinstance(final, dict) else {}),
+    }
+    for name, value in last.items():
+        if value is None:
+            return f"has no value for {name}"
+        if isinstance(value, float) and not math.isfinite(value):
+            column = history.get(name)
+            if column is not None and pd.to_numeric(column, errors="coerce").isna().all():
+                continue  # a column this kind of run never fills (NaN throughout)
+            return f"has a non-finite {name} ({value})"
+    return None
 
 
 class RunStore:
@@ -117,41 +180,60 @@ class RunStore:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else runs_dir()
 
+    def remove_stale_tmp(self, experiment: str, older_than: float = 3600.0) -> list[Path]:
+        """Delete the temp files of saves interrupted over ``older_than`` seconds ago (a
+        save in progress keeps its file's time fresh); the paths removed."""
+        removed = []
+        for tmp in (self.root / experiment).glob(".*.tmp"):
+            try:
+                if time.time() - tmp.stat().st_mtime > older_than:
+                    tmp.unlink()
+                    removed.append(tmp)
+            except OSError:
+                pass  # removed by another sweep meanwhile, or not ours to remove
+        return removed
+
     def path(self, experiment: str, key: str) -> Path:
         return self.root / experiment / f"{key}.json"
 
     def load(self, experiment: str, config: Any) -> RunRecord | None:
-        """The finished record for this config, or None (missing, unfinished or corrupt)."""
+        """The finished record for this config, or None (missing, unfinished, corrupt or
+        incomplete: the last two are set aside). StoreError when the path cannot be read."""
         key = config_hash(experiment, config)
         path = self.path(experiment, key)
-        if not path.exists():
-            return None
         try:
-            record = RunRecord.from_json(json.loads(path.read_text()))
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as err:  # e.g. a directory where the record should be
+            raise StoreError(f"cannot read the run record {path}: {err}", err) from None
+        try:
+            record = RunRecord.from_json(json.loads(text))
             if record.key != key or record.config != config_dict(config):
                 raise ValueError("record does not match its config")
-        except (ValueError, KeyError, TypeError) as err:
-            aside = _free_name(path.with_suffix(".corrupt"))  # never overwrite an older one
-            os.replace(path, aside)
-            warnings.warn(
-                f"run record {path} is corrupt ({err}); moved to {aside.name} and recomputing",
-                CorruptRecordWarning,
-                stacklevel=2,
-            )
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            set_aside(path, path.with_suffix(".corrupt"), f"is corrupt ({err})")
+            return None
+        why = incomplete(record)
+        if why is not None:
+            set_aside(path, path.with_suffix(".corrupt"), f"is incomplete: it {why}")
             return None
         return record if record.status in FINISHED else None
 
     def save(self, record: RunRecord) -> Path:
         """Write atomically: a crash mid-write never leaves a half record behind."""
         path = self.path(record.experiment, record.key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{record.key}.", suffix=".tmp")
+        tmp = None
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{record.key}.", suffix=".tmp")
             with os.fdopen(fd, "w") as fh:
                 json.dump(record.to_json(), fh)
             os.replace(tmp, path)
+        except OSError as err:  # a full disk, a read-only store, a directory at the path
+            raise StoreError(f"cannot write the run record {path}: {err}", err) from None
         finally:
-            if os.path.exists(tmp):
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
         return path
 

@@ -4,7 +4,9 @@ A checkpoint holds the model, optimizer and scheduler state, the trainer's epoch
 counter, history and per-step gradient norms, and every random state the next epochs
 draw from: torch's global CPU (and CUDA) generators and the data order generator. It is
 written atomically (a temp file in the same folder, then ``os.replace``), so a kill
-mid-write leaves the previous checkpoint intact.
+mid-write leaves the previous checkpoint intact. A checkpoint that cannot be loaded is
+set aside (``<name>.corrupt``, with a warning) and the run trains from scratch; one that
+cannot be written (a full disk, a read-only store) raises ``StoreError`` naming it.
 
 Where a run checkpoints is set either on the Trainer (``checkpoint_path=``) or, for a
 study's ``run(config)`` that builds its own Trainer, by the caller around it::
@@ -21,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import pickle
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from typing import Any
 import torch
 
 from structattn_lite.config import check_int
+from structattn_lite.records import StoreError, set_aside
 
 
 @dataclass(frozen=True)
@@ -43,25 +47,37 @@ class CheckpointPlan:
 _ACTIVE: contextvars.ContextVar[CheckpointPlan | None] = contextvars.ContextVar(
     "structattn_checkpoint", default=None
 )
+_HEARTBEAT: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "structattn_heartbeat", default=None
+)
 
 
 @contextlib.contextmanager
-def checkpointing(path: str | os.PathLike | None, every: int = 1, stacked: bool = False):
+def checkpointing(
+    path: str | os.PathLike | None,
+    every: int = 1,
+    stacked: bool = False,
+    heartbeat: Callable[[], None] | None = None,
+):
     """Make the Trainers built inside this block checkpoint to ``path`` every ``every`` epochs.
 
     ``path=None`` or ``every=0`` turns checkpointing off. Meant for one Trainer per run.
     ``stacked=True`` is for a unit of seeds trained together: only a ``StackedTrainer``
     takes the plan, and a plain ``Trainer`` ignores it, so a unit that falls back to one
-    Trainer per seed never has every seed resume from one file.
+    Trainer per seed never has every seed resume from one file. ``heartbeat()`` is
+    called after each checkpoint is saved (the sweep refreshes the run's lock with it).
     """
     check_int("every", every, minimum=0)
     if not isinstance(stacked, bool):
         raise ValueError(f"stacked must be True or False, got {stacked!r}")
+    if heartbeat is not None and not callable(heartbeat):
+        raise ValueError(f"heartbeat must be a callable or None, got {heartbeat!r}")
     plan = CheckpointPlan(Path(path), every, stacked) if path is not None and every > 0 else None
-    token = _ACTIVE.set(plan)
+    token, beat = _ACTIVE.set(plan), _HEARTBEAT.set(heartbeat)
     try:
         yield plan
     finally:
+        _HEARTBEAT.reset(beat)
         _ACTIVE.reset(token)
 
 
@@ -104,35 +120,66 @@ def set_rng_state(state: dict[str, Any], generator: Generators) -> None:
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """``torch.save`` to a temp file beside ``path``, then atomically replace it."""
+    """``torch.save`` to a temp file beside ``path``, then atomically replace it; then
+    the enclosing :func:`checkpointing` block's heartbeat, if any.
+
+    StoreError (naming ``path``) when it cannot be written: torch reports a full disk as
+    a RuntimeError ("enforce fail at inline_container.cc").
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             torch.save(state, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise StoreError(f"cannot write the checkpoint {path}: {first}", err) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+    heartbeat = _HEARTBEAT.get()
+    if heartbeat is not None:
+        heartbeat()
     return path
 
 
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu") -> dict | None:
     """The checkpoint at ``path`` (tensors mapped to ``device``), or None when there is none.
 
-    RNG states are byte tensors that must stay on the CPU, so they are mapped back.
+    RNG states are byte tensors that must stay on the CPU, so they are mapped back. A
+    file that does not load as a checkpoint (truncated, garbage) is set aside as
+    ``<name>.corrupt`` with a warning, and None returned: the run trains from scratch.
     """
     path = Path(path)
     if not path.exists():
         return None
-    state = torch.load(path, map_location=device, weights_only=True)
-    state["rng"] = {
-        k: ([t.cpu() for t in v] if isinstance(v, list) else v.cpu())
-        for k, v in state["rng"].items()
-    }
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+        if not isinstance(state, dict) or not {"rng", "shapes", "target"} <= state.keys():
+            raise ValueError("it holds no run state")
+        state["rng"] = {
+            k: ([t.cpu() for t in v] if isinstance(v, list) else v.cpu())
+            for k, v in state["rng"].items()
+        }
+    except torch.OutOfMemoryError:
+        raise  # the file may be fine; the device is full
+    except (
+        RuntimeError,  # "PytorchStreamReader failed reading zip archive"
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        set_aside(path, path.with_name(f"{path.name}.corrupt"), f"is corrupt ({first})", 4)
+        return None
     return state
 
 
