@@ -110,8 +110,14 @@ def results_dir() -> Path:
 # --- devices -----------------------------------------------------------------------
 
 
-def resolve_device(device: str = "auto") -> str:
-    """ "auto" picks CUDA when present, else the CPU; "cpu", "cuda", "cuda:N" are checked."""
+TRAINING_DEVICES = ("cpu", "cuda")  # what a run can train on ("meta" holds no data)
+
+
+def resolve_device(device: str = "auto", kinds: Iterable[str] = (*TRAINING_DEVICES, "meta")) -> str:
+    """ "auto" picks CUDA when present, else the CPU; "cpu", "cuda", "cuda:N" are checked.
+
+    ``kinds``: the device types accepted (``TRAINING_DEVICES`` for a sweep or command).
+    """
     import torch
 
     if not isinstance(device, str):
@@ -119,7 +125,7 @@ def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     kind = device.split(":")[0]
-    check_choice("device", kind, ("cpu", "cuda", "meta"))
+    check_choice("device", kind, kinds)
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             f"device={device!r} asked for, but torch sees no CUDA device here; "

@@ -30,7 +30,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.records import RunRecord, config_dict, config_hash
+from structattn_lite.records import RunRecord, StoreError, config_dict, config_hash
 from structattn_lite.training.checkpoint import checkpointing
 from structattn_lite.training.trainer import few_threads
 
@@ -39,6 +39,7 @@ EXECUTORS = ("local", "ray")
 RunOne = Callable[[Any], RunRecord]
 CheckpointFor = Callable[[Any], "str | Path | None"]
 Claim = Callable[[Any], Any]  # item -> what of it to run now, or None to skip it
+HeartbeatFor = Callable[[Any], "Callable[[], None] | None"]  # item -> called per checkpoint
 
 
 def failed_record(experiment: str, config: Any, error: BaseException | str) -> RunRecord:
@@ -73,17 +74,25 @@ def run_guarded(
     threads: int | None = 1,
     checkpoint_for: CheckpointFor | None = None,
     checkpoint_every: int = 0,
+    heartbeat: Callable[[], None] | None = None,
 ) -> RunRecord | list[RunRecord]:
-    """One run with its thread count and checkpoint plan; an exception becomes a record.
+    """One run with its thread count and checkpoint plan; an exception becomes a record,
+    except a StoreError of the whole store (a full disk), which no other run escapes.
 
     A list of seeds trained together checkpoints through its ``StackedTrainer`` (a
-    ``stacked`` plan, which a per-seed fallback Trainer ignores).
+    ``stacked`` plan, which a per-seed fallback Trainer ignores). ``heartbeat()`` is
+    called after each checkpoint is saved.
     """
     stacked = isinstance(item, (list, tuple))
     path = checkpoint_for(item) if checkpoint_for is not None else None
+    checkpoints = checkpointing(path, checkpoint_every, stacked=stacked, heartbeat=heartbeat)
     try:
-        with few_threads(threads), checkpointing(path, checkpoint_every, stacked=stacked):
+        with few_threads(threads), checkpoints:
             return run_one(item)
+    except StoreError as err:
+        if err.store_wide:
+            raise
+        return failed_records(experiment, item, err)
     except Exception as err:  # noqa: BLE001 - any failure of one run is recorded, not raised
         return failed_records(experiment, item, err)
 
@@ -104,6 +113,7 @@ def execute(
     checkpoint_every: int = 0,
     desc: str | None = None,
     claim: Claim | None = None,
+    heartbeat_for: HeartbeatFor | None = None,
 ) -> Iterator[tuple[Any, RunRecord]]:
     """Run every config, yielding ``(config, record)`` as each finishes.
 
@@ -123,6 +133,8 @@ def execute(
       come back shorter), or None to skip it; the item yielded is what it returned. The
       local executor claims each item just before it runs; Ray claims them all before
       the first task starts.
+    - ``heartbeat_for(item) -> callable | None``: called (local executor) after each
+      checkpoint of that item is saved, e.g. to refresh its lock.
     """
     # Checked here, not when the first result is asked for (the rest is a generator).
     check_choice("executor", executor, EXECUTORS)
@@ -131,6 +143,8 @@ def execute(
     check_number("gpus_per_run", gpus_per_run, minimum=0)
     if num_cpus is not None:
         check_int("num_cpus", num_cpus, minimum=1)
+    if threads is not None:  # 0 would leave torch on every core
+        check_int("threads", threads, minimum=1)
     if claim is not None and not callable(claim):
         raise ValueError(f"claim must be a callable (item -> item or None), got {claim!r}")
     configs = list(configs)
@@ -142,19 +156,20 @@ def execute(
     )
     bar = tqdm(total=len(configs), desc=desc or experiment, unit="run", disable=not progress)
     if executor == "local":
-        return _execute_local(run_one, configs, bar, options, claim)
+        return _execute_local(run_one, configs, bar, options, claim, heartbeat_for)
     resources = dict(num_cpus=cpus_per_run, num_gpus=gpus_per_run)
     return _execute_ray(run_one, configs, bar, address, num_cpus, resources, options, claim)
 
 
-def _execute_local(run_one, configs, bar, options, claim):
+def _execute_local(run_one, configs, bar, options, claim, heartbeat_for):
     with contextlib.closing(bar):
         for config in configs:
             item = config if claim is None else claim(config)
             if item is None:  # another process has it, or it finished meanwhile
                 bar.update(1)
                 continue
-            record = run_guarded(run_one, item, **options)
+            heartbeat = heartbeat_for(item) if heartbeat_for is not None else None
+            record = run_guarded(run_one, item, heartbeat=heartbeat, **options)
             bar.update(1)
             yield item, record
 

@@ -5,18 +5,26 @@ here or as Ray tasks (``executors``), checkpoints long runs, and saves every rec
 finishes. A lock beside each record keeps two processes from training one config: run
 locally, each work unit is claimed just before it trains, so several processes started
 on one grid share its runs.
+
+A run a sweep leaves unfinished (failed, held by another process, at a path that cannot
+be read or written) is warned about and, when ``STRUCTATTN_UNFINISHED`` names a file,
+appended to it as one JSON line: that is how ``structattn run`` and ``structattn study``
+(whose notebooks sweep in their own kernels) know to exit nonzero.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from structattn_lite.records import RunRecord, RunStore, config_dict, config_hash
+from structattn_lite.records import RunRecord, RunStore, StoreError, config_dict, config_hash
+
+UNFINISHED_ENV = "STRUCTATTN_UNFINISHED"
 
 # --- the one sweep -------------------------------------------------------------------
 
@@ -60,6 +68,36 @@ def group_seeds(configs: Sequence[Any]) -> list[Any]:
     return [g if len(g) > 1 else g[0] for g in groups.values()]
 
 
+def _refresh(locks: list[Any]) -> None:
+    for lock in locks:
+        lock.refresh()
+
+
+def report_unfinished(experiment: str, unfinished: dict[str, tuple[Any, str]]) -> None:
+    """Append each unfinished run (key -> (config, why)) to the ``STRUCTATTN_UNFINISHED``
+    file, when that variable is set."""
+    path = os.environ.get(UNFINISHED_ENV)
+    if not path or not unfinished:
+        return
+    with open(path, "a") as fh:
+        for key, (cfg, why) in unfinished.items():
+            blob = {"experiment": experiment, "key": key, "config": config_dict(cfg), "why": why}
+            fh.write(json.dumps(blob) + "\n")
+
+
+def read_unfinished(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The runs reported to a ``STRUCTATTN_UNFINISHED`` file, the last report of each."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    latest = {}
+    for line in lines:
+        blob = json.loads(line)
+        latest[(blob["experiment"], blob["key"])] = blob
+    return list(latest.values())
+
+
 def sweep(
     study: Any,
     configs: Sequence[Any],
@@ -91,9 +129,19 @@ def sweep(
     unit is locked just before it trains (Ray: all of them up front), so several
     processes can share one grid: a run another process holds is skipped with a warning
     and returned if its record is there when this sweep ends; one finished meanwhile is
-    loaded, not trained again.
+    loaded, not trained again; each checkpoint saved refreshes the run's lock.
+
+    Every argument is checked before anything trains. A record or checkpoint path that
+    cannot be read or written skips that run with a warning; a full disk or read-only
+    store raises ``StoreError`` naming the path. Unfinished runs are reported (see the
+    module's docstring).
     """
-    from structattn_lite.config import check_choice, check_int, resolve_device
+    from structattn_lite.config import (
+        TRAINING_DEVICES,
+        check_choice,
+        check_int,
+        resolve_device,
+    )
     from structattn_lite.executors import EXECUTORS, execute
     from structattn_lite.locking import RunLock, RunLockedError
     from structattn_lite.studies import get_study
@@ -101,15 +149,44 @@ def sweep(
     study = get_study(study)
     check_choice("executor", executor, EXECUTORS)
     check_int("checkpoint_every", checkpoint_every, minimum=0)
-    device = resolve_device(device)
+    if threads is not None:
+        check_int("threads", threads, minimum=1)
+    device = resolve_device(device, kinds=TRAINING_DEVICES)
     store = store or RunStore()
     experiment = study.EXPERIMENT
+    config_class = getattr(study, "Config", None)
+    if isinstance(config_class, type):  # a study's configs are of its own class
+        wrong = next((c for c in configs if not isinstance(c, config_class)), None)
+        if wrong is not None:
+            raise ValueError(
+                f"configs of the {experiment!r} study must be {config_class.__name__}, "
+                f"got a {type(wrong).__name__} (a config of another study?)"
+            )
+    unfinished: dict[str, tuple[Any, str]] = {}  # run key -> (config, why), as reported
+
+    def load(cfg: Any) -> RunRecord | None:
+        """The finished record, or None; a path that cannot be read skips the run."""
+        try:
+            return store.load(experiment, cfg)
+        except StoreError as err:
+            key = config_hash(experiment, cfg)
+            unfinished[key] = (cfg, str(err))
+            warnings.warn(f"skipping {experiment} run {key}: {err}", stacklevel=3)
+            return None
+
+    if not only_cached:
+        store.remove_stale_tmp(experiment)
     records: dict[int, RunRecord] = {}
     for i, cfg in enumerate(configs):
-        found = store.load(experiment, cfg)
+        found = load(cfg)
         if found is not None:
             records[i] = found
-    todo = [i for i in range(len(configs)) if i not in records]
+    blocked = set(unfinished)
+    todo = [
+        i
+        for i in range(len(configs))
+        if i not in records and config_hash(experiment, configs[i]) not in blocked
+    ]
     if progress and records:
         print(
             f"[{experiment}] reused {len(records)} cached run(s); {len(todo)} to train"
@@ -117,6 +194,7 @@ def sweep(
             else f"[{experiment}] {len(records)} cached run(s) found"
         )
     if only_cached or not todo:
+        report_unfinished(experiment, unfinished)
         return [records[i] for i in sorted(records)]
 
     at: dict[str, list[int]] = {}  # run key -> where its config sits in the grid
@@ -141,13 +219,22 @@ def sweep(
                 locks[key] = RunLock(store.path(experiment, key).with_suffix(".lock")).acquire()
             except RunLockedError as err:
                 held_elsewhere.append(key)
+                unfinished[key] = (cfg, str(err))
                 warnings.warn(
                     f"skipping {experiment} run {key} {config_dict(cfg)}: {err}", stacklevel=2
                 )
                 continue
-            found = store.load(experiment, cfg)  # another process may have just finished it
-            if found is not None:
-                keep(key, found)
+            except OSError as err:  # the lock cannot be written
+                error = StoreError(f"cannot write the lock of run {key}: {err}", err)
+                if error.store_wide:  # a full disk or read-only store: no run can start
+                    raise error from None
+                unfinished[key] = (cfg, str(error))
+                warnings.warn(f"skipping {experiment} run {key}: {error}", stacklevel=2)
+                continue
+            found = load(cfg)  # another process may have just finished it
+            if found is not None or key in unfinished:
+                if found is not None:
+                    keep(key, found)
                 locks.pop(key).release()
             else:
                 left.append(cfg)
@@ -155,11 +242,15 @@ def sweep(
             return None
         return left if isinstance(unit, list) and len(left) > 1 else left[0]
 
+    def heartbeat_for(unit: Any) -> Any:
+        keys = [config_hash(experiment, c) for c in (unit if isinstance(unit, list) else [unit])]
+        return functools.partial(_refresh, [locks[k] for k in keys if k in locks])
+
     run_one = functools.partial(
         run_unit,
         study,
         device=device,
-        progress=False,
+        progress=progress and executor == "local",  # a bar of each run's epochs or steps
         callbacks=callbacks if executor == "local" else (),
     )
     try:
@@ -176,26 +267,33 @@ def sweep(
             checkpoint_every=checkpoint_every,
             desc=f"{experiment} runs",
             claim=claim,
+            heartbeat_for=heartbeat_for,
         )
         for unit, got in results:
             pairs = zip(unit, got, strict=True) if isinstance(unit, list) else [(unit, got)]
             for cfg, record in pairs:
                 record.device = device
-                if record.status == "failed":
-                    warnings.warn(
-                        f"run {record.key} failed and will be rerun next time: "
-                        f"{record.reason.splitlines()[0]}",
-                        stacklevel=2,
-                    )
-                store.save(record)
                 key = config_hash(experiment, cfg)
+                if record.status == "failed":
+                    why = f"failed: {(record.reason or '').splitlines()[0]}"
+                    unfinished[key] = (cfg, why)
+                    warnings.warn(f"run {key} {why}; it will be rerun next time", stacklevel=2)
+                try:
+                    store.save(record)
+                except StoreError as err:
+                    if err.store_wide:
+                        raise
+                    unfinished[key] = (cfg, str(err))  # one blocked path: the sweep goes on
+                    warnings.warn(f"run {key} trained but not saved: {err}", stacklevel=2)
                 keep(key, record)
                 locks.pop(key).release()
     finally:
         for lock in locks.values():
             lock.release()
     for key in held_elsewhere:  # the other process may have finished it by now
-        found = store.load(experiment, configs[at[key][0]])
+        found = load(configs[at[key][0]])
         if found is not None:
             keep(key, found)
+            unfinished.pop(key, None)
+    report_unfinished(experiment, unfinished)
     return [records[i] for i in sorted(records)]
