@@ -6,17 +6,32 @@ structattn export ablations                                write data/results/ f
 structattn data fetch ptb                                  download a dataset (online users)
 structattn findings --write                                README findings from data/results
 structattn study --profile quick                           execute the notebooks (make study)
+
+Every argument is checked before anything trains (exit status 2, one line naming it).
+``run``, ``export`` and ``study`` exit with status 1, after a summary naming them, when
+any run failed or was skipped (held by another process, at a path that cannot be
+written), and with a one-line error when the run store cannot be written.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import inspect
+import os
 import sys
+import tempfile
 
 from structattn_lite import __version__
 from structattn_lite.config import GRIDS, PROFILES
+from structattn_lite.records import StoreError
 from structattn_lite.studies import STUDIES
+
+RUNS_HELP = (
+    "where run records are kept and looked up (default: the STRUCTATTN_RUNS environment "
+    "variable, else data/runs/ in the checkout)"
+)
 
 
 def _configs(args) -> list:
@@ -36,8 +51,76 @@ def _configs(args) -> list:
         changes = {k: v for k, v in overrides.items() if v is not None and k in names}
         out.append(dataclasses.replace(c, **changes))
     if not out:
-        raise SystemExit(f"structattn: no run of study {args.study!r} matches those filters")
+        raise ValueError(f"no run of study {args.study!r} matches those filters")
     return out
+
+
+def _exportable(study) -> list[str] | None:
+    """The grids a study's export writes (its COMMITTED_CSV table); None when unknown."""
+    table = getattr(study, "COMMITTED_CSV", None)
+    if table is None:
+        table = getattr(inspect.getmodule(study.export), "COMMITTED_CSV", None)
+    return None if table is None else list(table)
+
+
+def _check(args) -> None:
+    """Every argument, before anything trains: a ValueError naming the bad one."""
+    from structattn_lite.config import TRAINING_DEVICES, check_choice, check_int, resolve_device
+    from structattn_lite.studies import get_study
+
+    for name in ("threads", "epochs", "length"):
+        if getattr(args, name, None) is not None:
+            check_int(f"--{name}", getattr(args, name), minimum=1)
+    if getattr(args, "device", None) is not None:
+        resolve_device(args.device, kinds=TRAINING_DEVICES)
+    if args.command == "run":
+        check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
+        args.configs = _configs(args)
+    elif args.command == "export":
+        exportable = _exportable(get_study(args.study))
+        if exportable is not None:
+            check_choice("--grid", args.grid, exportable)
+
+
+@contextlib.contextmanager
+def _unfinished_log():
+    """A file where this command's sweeps (and its notebooks' kernels) list the runs they
+    leave unfinished (``runs.UNFINISHED_ENV``); yields its path."""
+    from structattn_lite.runs import UNFINISHED_ENV
+
+    fd, path = tempfile.mkstemp(prefix="structattn-unfinished-", suffix=".jsonl")
+    os.close(fd)
+    old = os.environ.get(UNFINISHED_ENV)
+    os.environ[UNFINISHED_ENV] = path
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop(UNFINISHED_ENV, None)
+        else:
+            os.environ[UNFINISHED_ENV] = old
+        os.unlink(path)
+
+
+def _report_unfinished(path: str, records=()) -> int:
+    """Name the runs left unfinished on stderr (those not among ``records`` finished
+    since); 1 if there are any, else 0."""
+    from structattn_lite.records import FINISHED
+    from structattn_lite.runs import read_unfinished
+
+    done = {(r.experiment, r.key) for r in records if r.status in FINISHED}
+    left = [e for e in read_unfinished(path) if (e["experiment"], e["key"]) not in done]
+    if not left:
+        return 0
+    lines = [f"structattn: {len(left)} run(s) did not finish; run the command again to retry:"]
+    for e in left:
+        cfg = e["config"]
+        named = ", ".join(
+            f"{k}={cfg[k]}" for k in ("dataset", "task", "kind", "model", "seed") if k in cfg
+        )
+        lines.append(f"  {e['experiment']} run {e['key']} ({named}): {e['why'].splitlines()[0]}")
+    print("\n".join(lines), file=sys.stderr)
+    return 1
 
 
 def _summary(records) -> str:
@@ -49,7 +132,11 @@ def _summary(records) -> str:
     rows = []
     for (_, cfg), r in zip(configs[varying].iterrows(), records, strict=True):
         last = r.history.iloc[-1].to_dict() if len(r.history) else {}
-        metrics = {k: round(v, 4) for k, v in last.items() if "acc" in k or "bpc" in k}
+        metrics = {
+            k: round(v, 4) if isinstance(v, (int, float)) else v
+            for k, v in last.items()
+            if "acc" in k or "bpc" in k
+        }
         rows.append({**cfg.to_dict(), "status": r.status, "epochs": len(r.history), **metrics})
     return pd.DataFrame(rows).to_string(index=False)
 
@@ -57,26 +144,27 @@ def _summary(records) -> str:
 def _run(args) -> int:
     from structattn_lite.runs import sweep
 
-    configs = _configs(args)
-    while True:
-        records = sweep(
-            args.study,
-            configs,
-            only_cached=args.only_cached,
-            threads=args.threads,
-            seed_batching=args.seed_batching,
-            executor=args.executor,
-            address=args.address,
-            device=args.device,
-        )
-        # A staged grid (attention: tune, then the finals; length: fit, then refit the
-        # cells that did not) grows once its first stage is on disk: go on until it stops.
-        grown = [] if args.only_cached else _configs(args)
-        if not grown or grown == configs:
-            break
-        configs = grown
-    print(_summary(records) if records else "no finished runs")
-    return 0
+    configs = args.configs  # built and checked by _check
+    with _unfinished_log() as log:
+        while True:
+            records = sweep(
+                args.study,
+                configs,
+                only_cached=args.only_cached,
+                threads=args.threads,
+                seed_batching=args.seed_batching,
+                executor=args.executor,
+                address=args.address,
+                device=args.device,
+            )
+            # A staged grid (attention: tune, then the finals; length: fit, then refit the
+            # cells that did not) grows once its first stage is on disk: go on until it stops.
+            grown = [] if args.only_cached else _configs(args)
+            if not grown or grown == configs:
+                break
+            configs = grown
+        print(_summary(records) if records else "no finished runs")
+        return _report_unfinished(log, records)
 
 
 def _export(args) -> int:
@@ -84,25 +172,25 @@ def _export(args) -> int:
     from structattn_lite.studies import get_study
 
     study = get_study(args.study)
-    records = sweep(
-        study,
-        study.grid(args.grid),
-        only_cached=args.only_cached,
-        threads=args.threads,
-        executor=args.executor,
-        address=args.address,
-        device=args.device,
-    )
-    finished = [r for r in records if r.status != "failed"]
-    if not finished:
-        print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
-        return 1
-    import inspect
-
-    grid_arg = {"grid": args.grid} if "grid" in inspect.signature(study.export).parameters else {}
-    for path in study.export(finished, **grid_arg):
-        print(f"{path}: {len(finished)} runs of grid {args.grid!r}")
-    return 0
+    with _unfinished_log() as log:
+        records = sweep(
+            study,
+            study.grid(args.grid),
+            only_cached=args.only_cached,
+            threads=args.threads,
+            executor=args.executor,
+            address=args.address,
+            device=args.device,
+        )
+        finished = [r for r in records if r.status != "failed"]
+        if not finished:
+            print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
+            return 1
+        parameters = inspect.signature(study.export).parameters
+        grid_arg = {"grid": args.grid} if "grid" in parameters else {}
+        for path in study.export(finished, **grid_arg):
+            print(f"{path}: {len(finished)} runs of grid {args.grid!r}")
+        return _report_unfinished(log, records)
 
 
 def _fetch(args) -> int:
@@ -140,8 +228,16 @@ def _study(args) -> int:
             file=sys.stderr,
         )
         return 2
-    run_notebooks(args.profile, only=args.only, device=args.device)
-    return 0
+    from papermill.exceptions import PapermillExecutionError
+
+    with _unfinished_log() as log:
+        try:
+            run_notebooks(args.profile, only=args.only, device=args.device)
+        except PapermillExecutionError as err:
+            print(f"structattn: a notebook failed: {err.ename}: {err.evalue}", file=sys.stderr)
+            _report_unfinished(log)
+            return 1
+        return _report_unfinished(log)
 
 
 def _findings(args) -> int:
@@ -185,10 +281,16 @@ def _execution_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="train nothing; use only the runs already on disk",
     )
+    p.add_argument("--runs-dir", default=None, help=RUNS_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="structattn", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="structattn",
+        description=__doc__.split("\n")[0],
+        epilog="Run records are kept in $STRUCTATTN_RUNS (default: data/runs/ in the "
+        "checkout); --runs-dir on run, export and study overrides it.",
+    )
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -242,13 +344,25 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("--profile", choices=PROFILES, default="quick")
     study.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 03")
     study.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (default cpu)")
+    study.add_argument("--runs-dir", default=None, help=RUNS_HELP)
     study.set_defaults(func=_study)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
+        os.environ["STRUCTATTN_RUNS"] = os.path.abspath(args.runs_dir)
+    try:
+        _check(args)
+    except ValueError as err:
+        print(f"structattn: {err}", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except StoreError as err:  # a full disk, a read-only store
+        print(f"structattn: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
