@@ -23,11 +23,53 @@ NPM_PACKAGES = {"html-manager": "@jupyter-widgets/html-manager@^1.0", "requirejs
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 
 # jupyter-server-mathjax ships MathJax 2 with the STIX-Web fonts only (no TeX fonts): say so,
-# or MathJax looks for fonts that are not there and falls back to the system's.
-_MATHJAX_FONTS = """<script type="text/x-mathjax-config">
+# or MathJax looks for fonts that are not there and falls back to the system's. MathJax 2 has
+# no mathtools extension, so its small matrices with delimiters (psmallmatrix, as in
+# notebook 01) are defined here on AMSmath's smallmatrix, as mathtools defines them.
+_MATHJAX_CONFIG = """<script type="text/x-mathjax-config">
 MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null}});
+MathJax.Hub.Register.StartupHook("TeX AMSmath Ready", function () {
+  var small = function (open, close) { return ["Array", null, open, close, "c", "0.333em", ".2em", "S", 1]; };
+  MathJax.InputJax.TeX.Definitions.Add({environment: {
+    psmallmatrix: small("(", ")"), bsmallmatrix: small("[", "]"), Bsmallmatrix: small("\\\\{", "\\\\}"),
+    vsmallmatrix: small("\\\\vert", "\\\\vert"), Vsmallmatrix: small("\\\\Vert", "\\\\Vert")
+  }}, null, true);
+});
 </script>
 """
+
+# A report draws each widget's saved view, but no kernel answers its controls: say so above
+# every widget area that has controls, and grey the controls out so none looks live.
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SNAPSHOT_NOTE = (
+    "Snapshot: the view saved when this notebook ran; its controls do nothing here. "
+    "Open the notebook in JupyterLab to change this."
+)
+_SNAPSHOT_STYLE = """<style>
+.structattn-snapshot { margin: 4px 0; padding: 4px 8px; border-left: 4px solid #b58900;
+  background: #fdf6e3; font-size: 0.9em; }
+.jp-OutputArea-output .jupyter-widgets :is(select, input, textarea, button, .noUi-target) {
+  pointer-events: none; opacity: 0.55; }
+</style>
+"""
+_CONTROL_MODELS = ("Dropdown", "Select", "Slider", "Text", "Checkbox", "Toggle", "Button",
+                   "Radio", "Combobox", "Picker", "Play")  # fmt: skip
+
+
+# Report tables are read, not skimmed: no cell or column is cut to "...", and floats show
+# three decimals (pandas turns to scientific notation where three would hide a value). Set
+# in each report's kernel before its first cell; a notebook's own set_option still wins.
+REPORT_PANDAS_OPTIONS = {
+    "display.max_colwidth": None,
+    "display.max_columns": None,
+    "display.precision": 3,
+}
+
+
+def kernel_arguments() -> list[str]:
+    """The report kernel's command-line arguments: ``REPORT_PANDAS_OPTIONS`` set at start."""
+    pairs = ", ".join(f"{k!r}, {v!r}" for k, v in REPORT_PANDAS_OPTIONS.items())
+    return [f'--IPKernelApp.exec_lines=__import__("pandas").set_option({pairs})']
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
@@ -100,18 +142,63 @@ def offline_assets(out_dir: Path) -> dict[str, str]:
     }
 
 
+def _has_controls(state: dict, model_id: str) -> bool:
+    """Whether the saved widget ``model_id`` is, or holds, a control (a dropdown, slider...)."""
+    todo, seen = [model_id], set()
+    while todo:
+        mid = todo.pop()
+        if mid in seen or mid not in state:
+            continue
+        seen.add(mid)
+        name = state[mid].get("model_name", "")
+        if not name.endswith(("StyleModel", "LayoutModel")) and any(
+            c in name for c in _CONTROL_MODELS
+        ):
+            return True
+        children = state[mid].get("state", {}).get("children", [])
+        todo += [c.removeprefix("IPY_MODEL_") for c in children if isinstance(c, str)]
+    return False
+
+
+def mark_snapshots(nb) -> int:
+    """Put ``SNAPSHOT_NOTE`` above every saved widget view that has controls; returns how many."""
+    from nbformat.v4 import new_output
+
+    widgets = nb.metadata.get("widgets", {})
+    state = widgets.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    note = new_output(
+        "display_data", {"text/html": f'<div class="structattn-snapshot">{SNAPSHOT_NOTE}</div>'}
+    )
+    marked = 0
+    for cell in nb.cells:
+        outputs = []
+        for out in cell.get("outputs", []):
+            view = out.get("data", {}).get(WIDGET_VIEW)
+            if view and _has_controls(state, view.get("model_id", "")):
+                outputs.append(note)
+                marked += 1
+            outputs.append(out)
+        if "outputs" in cell:
+            cell.outputs = outputs
+    return marked
+
+
 def export_html(notebook: Path, out_dir: Path | None = None) -> Path:
-    """Render an executed notebook to ``out_dir/<name>.html`` that works offline."""
+    """Render an executed notebook to ``out_dir/<name>.html`` that works offline, with its
+    widget views marked as snapshots."""
     import nbformat
     from nbconvert import HTMLExporter
 
     out_dir = Path(out_dir or notebook.parent)
     exporter = HTMLExporter(**offline_assets(out_dir))
-    html, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    nb = nbformat.read(notebook, as_version=4)
+    mark_snapshots(nb)
+    html, _ = exporter.from_notebook_node(nb)
     mathjax_script = f'<script src="{exporter.mathjax_url}">'
-    if mathjax_script not in html:
+    if mathjax_script not in html or "</head>" not in html:
         raise RuntimeError("nbconvert's template no longer loads MathJax where expected")
-    html = html.replace(mathjax_script, _MATHJAX_FONTS + mathjax_script, 1)
+    html = html.replace(mathjax_script, _MATHJAX_CONFIG + mathjax_script, 1)
+    html = html.replace("</head>", _SNAPSHOT_STYLE + "</head>", 1)
     target = out_dir / notebook.with_suffix(".html").name
     target.write_text(html, encoding="utf-8")
     return target
@@ -172,6 +259,13 @@ def run_notebooks(
         parameters = {"PROFILE": profile}
         if "DEVICE" in nb.read_text():  # only notebooks that train take a device
             parameters["DEVICE"] = device
-        pm.execute_notebook(nb, out, parameters=parameters, cwd=nb.parent, progress_bar=False)
+        pm.execute_notebook(
+            nb,
+            out,
+            parameters=parameters,
+            cwd=nb.parent,
+            progress_bar=False,
+            extra_arguments=kernel_arguments(),
+        )
         written.append(export_html(out, reports))
     return written

@@ -1,0 +1,74 @@
+"""The offline HTML reports' words, without a browser: widget views with controls are
+marked as snapshots, MathJax knows mathtools' small matrices, and a report's kernel never
+cuts a table cell to "..." (tests/test_browser.py opens a whole report in Chromium)."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from structattn_lite import notebook_runner as nr
+
+
+def _widget_notebook():
+    """Two widget views, as a run saves them: a VBox holding a dropdown, and a progress bar."""
+    state = {
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_pick", "IPY_MODEL_pic"]}},
+        "pick": {"model_name": "DropdownModel", "state": {"style": "IPY_MODEL_pick_style"}},
+        "pick_style": {"model_name": "DescriptionStyleModel", "state": {}},
+        "pic": {"model_name": "ImageModel", "state": {}},
+        "bar": {"model_name": "FloatProgressModel", "state": {"style": "IPY_MODEL_bar_style"}},
+        "bar_style": {"model_name": "ProgressStyleModel", "state": {}},
+    }  # fmt: skip
+    nb = new_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
+    for model_id in ("box", "bar"):
+        view = {nr.WIDGET_VIEW: {"model_id": model_id, "version_major": 2, "version_minor": 0}}
+        nb.cells.append(new_code_cell("w", outputs=[new_output("display_data", view)]))
+    return nb
+
+
+def test_only_views_with_controls_are_marked_as_snapshots():
+    nb = _widget_notebook()
+    assert nr.mark_snapshots(nb) == 1
+    box, bar = (cell.outputs for cell in nb.cells)
+    assert len(box) == 2 and nr.SNAPSHOT_NOTE in box[0]["data"]["text/html"]
+    assert "JupyterLab" in nr.SNAPSHOT_NOTE and nr.WIDGET_VIEW in box[1]["data"]
+    assert len(bar) == 1  # a progress bar has nothing to change
+
+
+def test_mathjax_knows_mathtools_small_matrices():
+    for env in ("psmallmatrix", "bsmallmatrix", "vsmallmatrix"):
+        assert f"{env}: small(" in nr._MATHJAX_CONFIG
+    assert 'small("\\\\vert", "\\\\vert")' in nr._MATHJAX_CONFIG  # \vert once JS reads it
+
+
+@pytest.mark.slow
+def test_report_kernel_never_cuts_a_table_cell(tmp_path):
+    """The kernel a report runs on: a 120-character verdict and 30 columns print whole,
+    floats at three decimals (pandas' defaults cut at 50 characters and 20 columns)."""
+    import papermill as pm
+
+    code = (
+        "import pandas as pd\n"
+        'pd.DataFrame({"verdict": ["inconclusive " * 10], "acc": [0.123456789],'
+        ' **{f"c{i}": [i] for i in range(30)}})'
+    )
+    nb = new_notebook(cells=[new_code_cell(code)])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    pm.execute_notebook(
+        tmp_path / "in.ipynb",
+        tmp_path / "out.ipynb",
+        progress_bar=False,
+        extra_arguments=nr.kernel_arguments(),
+    )
+    (out,) = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
+    html = out["data"]["text/html"]
+    assert "inconclusive " * 9 in html and "<th>c29</th>" in html and "..." not in html
+    assert "0.123<" in html and "0.1234" not in html
