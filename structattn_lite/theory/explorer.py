@@ -107,6 +107,21 @@ def plot_logits(z_q, z_k, A, w, eps: float, tau: float) -> Figure:
     return fig
 
 
+def support_title(rule: str, n_nodes: int, edges: list, seed: int = 0) -> str:
+    """What the graph panel draws, in words: a rule's whole graph only when every one of its
+    edges is there; otherwise how many of them the edge budget m kept, and the nodes left
+    isolated (``complete`` at m = 8 on 16 nodes is the star at node 0, not K16)."""
+    cap, m = max_support_edges(rule, n_nodes), len(edges)
+    isolated = n_nodes - len({u for edge in edges for u in edge})
+    if rule == "random":
+        words = f"random connected graph, {m} of {cap} possible edges, seed={seed}"
+    elif m == cap:
+        words = f"{rule} graph on {n_nodes} nodes: all {m} edges"
+    else:
+        words = f"{rule} rule capped at m={m}: first {m} of its {cap} edges"
+    return words + (f"\n{isolated} of {n_nodes} nodes isolated" if isolated else "")
+
+
 def explore_support(
     rule: str, n_nodes: int, m: int, seed: int = 0, eps: float = 1e-2
 ) -> tuple[Figure, TUCertificate]:
@@ -121,7 +136,7 @@ def explore_support(
     G.add_edges_from(edges)
     pos = nx.circular_layout(G)  # numpy only; rings and paths read naturally
     nx.draw_networkx(G, pos, ax=axes[0], node_size=220, font_size=8, width=1 + w / w.max())
-    axes[0].set_title(f"{rule}: n={n_nodes}, m={m}, seed={seed}", fontsize=10)
+    axes[0].set_title(support_title(rule, n_nodes, edges, seed), fontsize=10)
     axes[0].set_axis_off()
     _heatmap(axes[1], A, "A (incidence)", "edge e", "node")
     _heatmap(axes[2], metric_matrix(A, w, eps), "M = A diag(w) A^T + eps I")
@@ -161,8 +176,11 @@ def support_explorer(n_max: int = 16):
         try:
             hi = max_support_edges(rule.value, n.value)
             lo = n.value - 1 if rule.value == "random" else 1
+            whole = m.value == m.max and rule.value != "random"
             m.max = max(hi, m.min)  # order matters: min may never exceed max
             m.min, m.max = lo, hi
+            if whole:  # m at its maximum stays there: `complete` draws the complete graph
+                m.value = hi
             fig, cert = explore_support(rule.value, n.value, m.value, seed.value, eps.value)
         finally:
             busy[0] = False
