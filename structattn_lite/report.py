@@ -240,6 +240,7 @@ class LivePlot(Callback):
         loss_ax.set(xlabel="epoch", ylabel="train loss", yscale="log")
         acc_ax.plot(epochs, [r.get("test_acc", float("nan")) for r in self.rows])
         acc_ax.set(xlabel="epoch", ylabel="test accuracy", ylim=(0, 1.02))
+        fig.suptitle(f"{getattr(trainer, 'run_name', 'run')}, epoch {row['epoch']}", fontsize=10)
         fig.tight_layout()
         with self.widget:
             self.widget.clear_output(wait=True)

@@ -223,6 +223,7 @@ class Trainer:
         desc: str = "train",
     ) -> TrainResult:
         target = self.epoch + epochs
+        self.run_name = desc  # callbacks say which run they draw (a live plot's title)
         if not self._scheduler_built:
             self.scheduler = make_scheduler(self.optimizer, self.optim, epochs)
             self._scheduler_built = True
