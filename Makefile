@@ -28,7 +28,8 @@ lab: $(VENV)/.installed
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 # The teaching app: the dashboards in dashboards/ served by Voila without code cells, from
-# the committed records only (works offline). Open http://127.0.0.1:$(DASHBOARD_PORT)/
+# the committed records only (works offline), on loopback only and with a token, as for
+# `make lab`: open the URL it prints, http://127.0.0.1:$(DASHBOARD_PORT)/?token=...
 DASHBOARD_PORT ?= 8866
 dashboard: $(VENV)/.installed
 	$(BIN)/python -m structattn_lite.dashboard dashboards --no-browser --Voila.ip=127.0.0.1 --port=$(DASHBOARD_PORT) --strip_sources=True
