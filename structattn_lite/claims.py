@@ -165,7 +165,7 @@ def seed_gaps(history: pd.DataFrame, task: str) -> dict:
     }
 
 
-def _gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
+def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
     """(ours, low, high, verdict, reason) of one task's gap at one threshold."""
     from structattn_lite.studies.grokking.experiment import PAPER_SEEDS
 
@@ -221,8 +221,8 @@ def grokking() -> list[dict]:
             seeds = per_seed[(per_seed["task"] == task) & (per_seed["preset"] == preset)]
             if seeds.empty:
                 continue
-            ours, low, high, verdict, reason = _gap_verdict(seeds, paper, "gap_100")
-            *_, reason_99 = _gap_verdict(seeds, paper, "gap_99")
+            ours, low, high, verdict, reason = gap_verdict(seeds, paper, "gap_100")
+            *_, reason_99 = gap_verdict(seeds, paper, "gap_99")
             rows.append(_row(
                 id=f"gap/{preset}/{task}", study="CSP",
                 claim=f"grokking gap (90% to 100% test accuracy), {TASK_NAME[task]}, "
@@ -355,12 +355,13 @@ def _cell(x: float, digits: int = 3) -> str:
     return "" if pd.isna(x) else f"{x:.{digits}f}"
 
 
-def markdown(table: pd.DataFrame | None = None, study: str | None = None) -> str:
+def markdown(table: pd.DataFrame | None = None, prefixes: tuple[str, ...] = ()) -> str:
     """The ledger as a Markdown table: claim, published, ours [95% interval] (seeds),
-    verdict and its reason (the rule and protocol columns stay in the CSV)."""
+    verdict and its reason (the rule and protocol columns stay in the CSV); only the
+    rows whose id starts with one of ``prefixes`` ("table4", "gap", ...), if given."""
     table = ledger() if table is None else table
-    if study is not None:
-        table = table[table["study"] == study]
+    if prefixes:
+        table = table[table["id"].str.split("/").str[0].isin(prefixes)]
     lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | reason |",
              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for _, r in table.iterrows():

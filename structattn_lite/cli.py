@@ -2,7 +2,7 @@
 
 structattn run grokking --profile quick --seed 0           train (or reuse) one study's grid
 structattn run length --grid committed --executor ray      the same grid as Ray tasks
-structattn export ablations                                write data/results/ from records
+structattn export ablations --grid paper_table4             write data/results/ from records
 structattn data fetch ptb                                  download a dataset (online users)
 structattn findings --write                                README findings from data/results
 structattn study --profile quick                           execute the notebooks (make study)
@@ -324,7 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a study's committed results to data/results")
     export.add_argument("study", choices=STUDIES)
     export.add_argument(
-        "--grid", default="committed", help="the committed grid to export (default: committed)"
+        "--grid",
+        required=True,
+        help="the committed grid to export (grokking: gap, "
+        "paper_era; ablations: paper_text, paper_table4; length: committed, authors; "
+        "attention: committed, long)",
     )
     _execution_options(export)
     export.set_defaults(func=_export)

@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from structattn_lite.config import check_choice, figures_dir
+from structattn_lite.stats import welch_difference  # noqa: F401  (re-exported)
 from structattn_lite.training.trainer import Callback
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
@@ -267,25 +268,6 @@ def format_mean_sd(mean: float, sd: float, seeds: int, digits: int = 2) -> str:
     if seeds == 1:
         return f"{mean:.{digits}f} (1 seed)"
     return f"{mean:.{digits}f} ± {sd:.{digits}f} ({seeds} seeds)"
-
-
-def welch_difference(a: tuple, b: tuple, level: float = 0.95) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its Welch t-interval (low, high), from (mean, sd, n) of each;
-    the interval is NaN when either side has fewer than two values."""
-    import math
-
-    from scipy.stats import t
-
-    (ma, sa, na), (mb, sb, nb) = a, b
-    diff = ma - mb
-    if na < 2 or nb < 2:
-        return diff, math.nan, math.nan
-    va, vb = sa**2 / na, sb**2 / nb
-    if va + vb == 0:
-        return diff, diff, diff
-    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
-    half = float(t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb))
-    return diff, diff - half, diff + half
 
 
 def grid_markdown(configs, title: str = "Grid") -> str:

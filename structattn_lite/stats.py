@@ -79,14 +79,17 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float,
 
 
 def welch_difference(a: tuple, b: tuple, level: float = LEVEL) -> tuple[float, float, float]:
-    """mean(A) - mean(B) and its Welch t interval, from (mean, sd, n) of each sample."""
+    """mean(A) - mean(B) and its Welch t interval, from (mean, sd, n) of each sample; the
+    interval is NaN when either side has fewer than two values."""
     (ma, sa, na), (mb, sb, nb) = a, b
-    va, vb = sa**2 / na, sb**2 / nb
     diff = ma - mb
+    if na < 2 or nb < 2:
+        return diff, math.nan, math.nan
+    va, vb = sa**2 / na, sb**2 / nb
     if va + vb == 0:
         return diff, diff, diff
     dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
-    half = stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)
+    half = float(stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb))
     return diff, diff - half, diff + half
 
 

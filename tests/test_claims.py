@@ -32,17 +32,17 @@ def test_gap_rule_counts_censored_seeds_instead_of_dropping_them():
     # Four seeds jump at 3 and stall below 100%; one reaches 100% one epoch after.
     stall = history([0.5, 0.5, 0.95] + [0.99] * 50)
     quick = history([0.5, 0.5, 0.95, 1.0])
-    *_, verdict, reason = claims._gap_verdict(_seeds([stall] * 4 + [quick]), (1.0, 0.5), "gap_100")
+    *_, verdict, reason = claims.gap_verdict(_seeds([stall] * 4 + [quick]), (1.0, 0.5), "gap_100")
     assert verdict == stats.NOT_REPRODUCED and "1 of 5 seeds reached 100%" in reason
 
 
 def test_gap_rule_has_nothing_to_measure_without_a_plateau():
     seeds = _seeds([history([0.95, 0.97, 1.0])] * 5, "dyck1")
-    *_, verdict, reason = claims._gap_verdict(seeds, (12.7, 3.4), "gap_100")
+    *_, verdict, reason = claims.gap_verdict(seeds, (12.7, 3.4), "gap_100")
     assert verdict == stats.UNDECIDED and reason.startswith("no grokking phase")
 
 
 def test_gap_rule_reproduces_a_gap_inside_the_papers_spread():
     seeds = _seeds([history([0.5, 0.5, 0.95] + [0.97] * k + [1.0]) for k in (2, 3, 3, 4, 3)])
-    *_, verdict, _ = claims._gap_verdict(seeds, (4.0, 1.5), "gap_100")
+    *_, verdict, _ = claims.gap_verdict(seeds, (4.0, 1.5), "gap_100")
     assert verdict == stats.REPRODUCED

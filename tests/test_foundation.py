@@ -98,7 +98,9 @@ def test_bad_grid_and_executor_are_rejected_before_anything_is_written(tmp_path)
     store = RunStore(tmp_path)
     (record,) = sweep(ToyStudy(), [Toy()], store=store, progress=False)
     before = store.path("toy", record.key).read_bytes()
-    with pytest.raises(ValueError, match=r"grid='fast'.*'smoke', 'quick', 'paper', 'committed'"):
+    with pytest.raises(
+        ValueError, match=r"grid='fast'.*'smoke', 'quick', 'paper', 'paper_era', 'gap'"
+    ):
         grokking.grid("fast")
     with pytest.raises(ValueError, match=r"profile='fast'"):
         pick("fast", {})

@@ -81,3 +81,31 @@ def test_an_early_stop_without_a_validation_split_is_refused():
     with pytest.raises(ValueError, match="stop_at_fit needs a validation split"):
         length.LengthRun(stop_at_fit=0.99, val_fraction=0.0)
     torch.manual_seed(0)  # keep the global RNG state predictable for later tests
+
+
+def test_no_committed_run_stopped_or_chose_on_the_test_split():
+    """Every committed CSP run with an early stop carved a validation split for it; the
+    retired grids (their stop read test accuracy) are gone."""
+    import json
+
+    from structattn_lite.config import results_dir
+
+    root = results_dir()
+    assert not (root / "csp_ablations.csv").exists()
+    assert not (root / "csp_grokking_histories.csv.gz").exists()
+    for path in sorted(root.glob("csp_ablations_*.csv")):
+        table = pd.read_csv(path)
+        stopped = table["hold_perfect"].notna()
+        assert (table.loc[stopped, "val_fraction"] > 0).all(), path.name
+    for path in sorted(root.glob("csp_*.csv.gz")):
+        configs = pd.read_csv(path, usecols=["config"])["config"].drop_duplicates().map(json.loads)
+        for config in configs:
+            if config.get("hold_perfect") is not None:
+                assert config["val_fraction"] > 0, (path.name, config)
+    for path in sorted(root.glob("length_*.csv.gz")):
+        table = pd.read_csv(path)
+        stopped = table["stop_at_fit"].notna()  # the fit-stop reads validation accuracy
+        assert table.loc[stopped, "final_val_seq_acc"].notna().all(), path.name
+    for path in sorted(root.glob("attention_*runs*.csv")):
+        table = pd.read_csv(path)
+        assert set(table["stop"]) <= {"max_steps", "early_stop", "patience"}, path.name

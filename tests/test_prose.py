@@ -8,12 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from structattn_lite import claims, findings, stats
-from structattn_lite.studies.ablations.experiment import (
-    MAX_HALF_WIDTH,
-    PAPER_TABLE3,
-    PAPER_TABLE4,
-    ROUNDING,
-)
+from structattn_lite.studies.ablations.experiment import PAPER_TABLE3, PAPER_TABLE4
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP
 from structattn_lite.studies.length.experiment import GRIDS as LENGTH_GRIDS
 from structattn_lite.studies.length.report import AUTHORS
@@ -28,8 +23,8 @@ TASK_FACTS = {
     0.67,  # majority class of "divisible by 3" (two thirds are not)
     0.625,  # (16 + 0.5 (64 - 16)) / 64: chance beyond T = 16 on all 64 positions
     0.25,  # the focal loss's alpha, a setting named in prose
-    ROUNDING,  # the verdict rule's rounding margin
-    MAX_HALF_WIDTH,  # the verdict rule's largest interval half-width
+    stats.ACCURACY_MARGIN,  # the equivalence margin on accuracy and F1
+    stats.LENGTH_MARGIN,  # the equivalence margin far past the training length
     0.95,  # the confidence level of every interval
     LENGTH_GRIDS["committed"]["run"]["stop_at_fit"],  # the committed length grid's fit-stop
 }

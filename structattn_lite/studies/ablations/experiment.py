@@ -71,10 +71,6 @@ GRIDS: dict[str, dict[str, Any]] = {
     # quick: a live subset beside the committed tables (about a minute on 2 cores).
     "quick": {"tasks": ("parity",), "presets": ("code_switches",), "seeds": (0, 1), "epochs": 8,
               "n": 600, "d_model": 16, "n_layers": 2, "hold": 3, "variants": ("+norm",)},
-    # committed: the largest grid run on 2 cores; its records ship as data/results/*.csv.
-    "committed": {"tasks": TASKS, "presets": ("paper", "code_switches"), "seeds": (0, 1, 2),
-                  "epochs": 25, "n": 1000, "d_model": 32, "n_layers": 2, "hold": 5,
-                  "variants": tuple(VARIANTS)},
     # paper_text: Table 3 as the text ran it, at the paper's sizes (d 64, 3 layers;
     # 5,000 / 5,000 / 10,000 strings), one label per string, 300 epochs, 5 seeds, early
     # stop once validation has held 100% for 10 epochs. Its focal row is the grokking
@@ -253,70 +249,14 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def interval_half_width(sd: float, seeds: int, level: float = 0.95) -> float:
-    """Half-width of the t-interval of a mean over ``seeds`` runs (NaN below two seeds)."""
-    from scipy.stats import t
-
-    if seeds < 2 or sd is None or math.isnan(sd):
-        return math.nan
-    return float(t.ppf(0.5 + level / 2, seeds - 1) * sd / math.sqrt(seeds))
-
-
-# A verdict needs an interval narrower than this; wider means the seeds disagree too much
-# to say anything (a 0.33 +- 0.57 cell over 3 seeds is "inconclusive", never "reproduced").
-MAX_HALF_WIDTH = 0.10
-ROUNDING = 0.02  # the paper prints two digits
-
-
-def verdict(ours: float, sd: float, paper: float, seeds: int) -> str:
-    """Does our mean over seeds match the paper's number? (95% t-interval, stated.)
-
-    "reproduced" when the paper's number lies within max(ROUNDING, half-width) of our
-    mean and the half-width is at most MAX_HALF_WIDTH; "inconclusive" when the interval
-    is wider (or there is one seed); otherwise "not reproduced", with the direction.
-    """
-    if paper is None or math.isnan(paper):
-        return "no paper number"
-    if ours is None or math.isnan(ours) or seeds == 0:
-        return "not run"
-    half = interval_half_width(sd, seeds)
-    if math.isnan(half):
-        return "inconclusive (one seed)"
-    if half > MAX_HALF_WIDTH:
-        return f"inconclusive (95% CI ±{half:.2f})"
-    if abs(ours - paper) <= max(ROUNDING, half):
-        return "reproduced"
-    return f"not reproduced (ours {'higher' if ours > paper else 'lower'})"
-
-
-def claim_verdict(a: tuple, b: tuple, level: float = 0.95) -> str:
-    """A paper claim "A beats B", from (mean, sd, seeds) of each cell: a Welch t-interval
-    for mean(A) - mean(B). "supported" when it lies above 0, "contradicted" when below,
-    "undecided" when it contains 0 (or a cell has fewer than two seeds)."""
-    from structattn_lite.report import welch_difference
-
-    (ma, _, na), (mb, _, nb) = a, b
-    if any(v is None or math.isnan(v) for v in (ma, mb)):
-        return "not run"
-    if na < 2 or nb < 2:
-        return "undecided (one seed)"
-    _, low, high = welch_difference(a, b, level)
-    if low > 0:
-        return "supported"
-    if high < 0:
-        return "contradicted"
-    return "undecided"
-
-
 # grid -> its committed records, as in the other studies (the other grids are not committed)
 COMMITTED_CSV = {
-    "committed": "csp_ablations.csv",
     "paper_text": "csp_ablations_paper_text.csv",
     "paper_table4": "csp_ablations_paper_table4.csv",
 }
 
 
-def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
+def export(records: list[RunRecord], grid: str = "paper_text") -> list[Path]:
     """Write one row per run (cell, config columns, final metrics) to data/results."""
     if grid not in COMMITTED_CSV:
         raise ValueError(f"grid must be one of {sorted(COMMITTED_CSV)} to export, got {grid!r}")

@@ -1,9 +1,11 @@
-"""Tables 3 and 4 from run records: ours (mean +- sd over seeds) beside the paper, a verdict.
+"""Tables 3 and 4 from run records: ours (mean +- sd over seeds) beside the paper.
 
-The committed records are ``data/results/csp_ablations.csv`` (one row per run, with its
-config columns); ``load_results`` reads them, ``table3``/``table4`` summarize, ``style``
-renders a pandas Styler, ``save_table`` writes it to ``figures/`` (HTML and PNG/PDF), and
-``grid_caption`` says which grid a table came from.
+The committed records are the paper-size grids: ``csp_ablations_paper_text.csv`` (Table 3,
+whose focal row is Table 4's full model) and ``csp_ablations_paper_table4.csv`` (Table 4's
+other rows). ``load_results`` reads both as one frame, ``table3``/``table4`` summarize,
+``claims_table`` tests the paper's "A beats B" claims, ``style`` renders a pandas Styler,
+``save_table`` writes it to ``figures/`` (HTML and PNG/PDF), and ``grid_caption`` says
+which grid a table came from. Every verdict is the claims ledger's (``stats``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from structattn_lite import stats
 from structattn_lite.config import results_dir
 from structattn_lite.report import format_mean_sd
 from structattn_lite.studies.ablations.experiment import (
@@ -21,11 +24,9 @@ from structattn_lite.studies.ablations.experiment import (
     PAPER_TABLE3,
     PAPER_TABLE4,
     TASKS,
-    claim_verdict,
-    verdict,
 )
 
-ABLATIONS_CSV = COMMITTED_CSV["committed"]
+PAPER_SIZE = (COMMITTED_CSV["paper_text"], COMMITTED_CSV["paper_table4"])
 TASK_TITLES = {"parity": "parity (acc)", "mod3": "mod-3 (acc)", "dyck1": "parentheses (F1)"}
 
 
@@ -38,41 +39,54 @@ LOSS_NAMES = {
 
 
 def load_results(
-    name: str = ABLATIONS_CSV, root: Path | None = None, missing_ok: bool = False
+    names: tuple[str, ...] = PAPER_SIZE, root: Path | None = None, missing_ok: bool = False
 ) -> pd.DataFrame | None:
-    """The committed records ``name``; None when missing and ``missing_ok``."""
-    path = (root or results_dir()) / name
-    if missing_ok and not path.exists():
-        return None
-    if not path.exists():
+    """The committed records ``names`` as one frame; None when all are missing and
+    ``missing_ok``."""
+    paths = [(root or results_dir()) / name for name in names]
+    found = [pd.read_csv(path) for path in paths if path.exists()]
+    if not found:
+        if missing_ok:
+            return None
         raise FileNotFoundError(
-            f"{path} is missing; run the committed grid (see the notebook) first"
+            f"{paths[0]} is missing; run the committed grid (see the notebook) first"
         )
-    return pd.read_csv(path)
+    return pd.concat(found, ignore_index=True)
 
 
 def cell_stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Mean, sd and seed count of each task's metric per cell (``keys`` + task)."""
-    df = df.assign(value=[r[METRIC[r["task"]]] for _, r in df.iterrows()])
-    out = df.groupby([*keys, "task"])["value"].agg(mean="mean", sd="std", seeds="count")
+    """Mean, sd, finite seeds and diverged seeds of each task's metric per cell (``keys`` +
+    task), and the ledger's verdict against the paper's number. A diverged run's last
+    evaluation is no trained model's, so its metric is left out and counted instead."""
+    df = df.assign(
+        value=[r[METRIC[r["task"]]] if r["status"] != "diverged" else math.nan
+               for _, r in df.iterrows()],
+        diverged=df["status"] == "diverged",
+    )  # fmt: skip
+    out = df.groupby([*keys, "task"]).agg(
+        mean=("value", "mean"), sd=("value", "std"), seeds=("value", "count"),
+        diverged=("diverged", "sum"), values=("value", lambda v: v.dropna().tolist()),
+    )  # fmt: skip
     return out.reset_index()
 
 
-def _wide(stats: pd.DataFrame, keys: list[str], paper_of) -> pd.DataFrame:
+def _wide(cells: pd.DataFrame, keys: list[str], paper_of) -> pd.DataFrame:
     rows = []
-    for cell, group in stats.groupby(keys, sort=False):
+    for cell, group in cells.groupby(keys, sort=False):
         cell = cell if isinstance(cell, tuple) else (cell,)
         row = dict(zip(keys, cell, strict=True))
         for task in TASKS:
             hit = group[group["task"] == task]
-            mean = hit["mean"].iloc[0] if len(hit) else math.nan
-            sd = hit["sd"].iloc[0] if len(hit) else math.nan
             paper = paper_of(row, task)
-            row[(task, "ours")] = mean
-            row[(task, "sd")] = sd
-            row[(task, "seeds")] = int(hit["seeds"].iloc[0]) if len(hit) else 0
+            values = hit["values"].iloc[0] if len(hit) else []
+            diverged = int(hit["diverged"].iloc[0]) if len(hit) else 0
+            row[(task, "ours")] = hit["mean"].iloc[0] if len(hit) else math.nan
+            row[(task, "sd")] = hit["sd"].iloc[0] if len(hit) else math.nan
+            row[(task, "seeds")] = len(values)
+            row[(task, "diverged")] = diverged
             row[(task, "paper")] = paper
-            row[(task, "verdict")] = verdict(mean, sd, paper, row[(task, "seeds")])
+            row[(task, "verdict")] = stats.equivalence(
+                values, paper, stats.ACCURACY_MARGIN, diverged=diverged)[0]  # fmt: skip
         rows.append(row)
     table = pd.DataFrame(rows).set_index(keys)
     table.columns = pd.MultiIndex.from_tuples(table.columns)
@@ -82,35 +96,25 @@ def _wide(stats: pd.DataFrame, keys: list[str], paper_of) -> pd.DataFrame:
 def table3(df: pd.DataFrame) -> pd.DataFrame:
     """Focal vs cross-entropy (paper Table 3), full model, random split; per preset."""
     sub = df[(df["variant"] == "+norm") & (df["rotation"] == "with") & (df["split"] == "random")]
-    stats = cell_stats(sub, ["preset", "loss"])
-    return _wide(stats, ["preset", "loss"], lambda r, t: PAPER_TABLE3.get((r["loss"], t), math.nan))
+    cells = cell_stats(sub, ["preset", "loss"])
+    return _wide(cells, ["preset", "loss"], lambda r, t: PAPER_TABLE3.get((r["loss"], t), math.nan))
 
 
 def table4(df: pd.DataFrame) -> pd.DataFrame:
     """Structural ablations (paper Table 4), focal loss, random split; per preset."""
     sub = df[(df["loss"] == "focal") & (df["split"] == "random")]
-    stats = cell_stats(sub, ["preset", "rotation", "variant"])
+    cells = cell_stats(sub, ["preset", "rotation", "variant"])
     order = {k: i for i, k in enumerate(PAPER_TABLE4)}
-    stats = stats.assign(
-        _o=[order.get((r, v), 99) for r, v in zip(stats["rotation"], stats["variant"], strict=True)]
+    cells = cells.assign(
+        _o=[order.get((r, v), 99) for r, v in zip(cells["rotation"], cells["variant"], strict=True)]
     )
-    stats = stats.sort_values(["preset", "_o"]).drop(columns="_o")
+    cells = cells.sort_values(["preset", "_o"]).drop(columns="_o")
 
     def paper(row, task):
         numbers = PAPER_TABLE4.get((row["rotation"], row["variant"]))
         return numbers[TASKS.index(task)] if numbers else math.nan
 
-    return _wide(stats, ["preset", "rotation", "variant"], paper)
-
-
-def split_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Full model, focal loss: the paper's random split vs a disjoint one."""
-    sub = df[(df["variant"] == "+norm") & (df["rotation"] == "with") & (df["loss"] == "focal")]
-    stats = cell_stats(sub, ["preset", "split"])
-    overlap = (
-        sub.groupby(["preset", "split", "task"])["test_in_train"].mean().rename("test_in_train")
-    )
-    return stats.merge(overlap.reset_index(), on=["preset", "split", "task"])
+    return _wide(cells, ["preset", "rotation", "variant"], paper)
 
 
 CLAIMS = [  # (claim, tasks, (cell A), (cell B)): the paper says A beats B
@@ -122,39 +126,36 @@ CLAIMS = [  # (claim, tasks, (cell A), (cell B)): the paper says A beats B
 
 
 def claims_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Each ablation claim of the paper, tested on our runs per preset and task (Welch
-    95% interval of the difference of means; see ``claim_verdict``)."""
+    """Each ablation claim of the paper ("A beats B"), tested per preset and task on the
+    per-seed values: the ledger's difference rule (Welch 95% interval of mean(A) - mean(B))."""
     t4, t3 = table4(df), table3(df)
-
-    def cell(table, key, task):
-        return tuple(table.loc[key, (task, k)] for k in ("ours", "sd", "seeds"))
-
+    full = (df["variant"] == "+norm") & (df["rotation"] == "with")
+    cells = {**_values(df[df["loss"] == "focal"], t4, ("preset", "rotation", "variant")),
+             **_values(df[full], t3, ("preset", "loss"))}  # fmt: skip
     rows = []
     for preset in t4.index.get_level_values("preset").unique():
-        tests = [
-            (claim, task, t4, (preset, *a), (preset, *b))
-            for claim, tasks, a, b in CLAIMS
-            for task in tasks
-        ]
-        tests += [
-            ("focal loss beats cross-entropy", task, t3, (preset, "focal"), (preset, "ce"))
-            for task in ("mod3", "dyck1")
-        ]
-        for claim, task, table, a, b in tests:
-            if a not in table.index or b not in table.index:
+        tests = [(claim, task, (preset, *a), (preset, *b))
+                 for claim, tasks, a, b in CLAIMS for task in tasks]  # fmt: skip
+        tests += [("focal loss beats cross-entropy", task, (preset, "focal"), (preset, "ce"))
+                  for task in ("mod3", "dyck1")]  # fmt: skip
+        for claim, task, a, b in tests:
+            if (a, task) not in cells or (b, task) not in cells:
                 continue
-            ca, cb = cell(table, a, task), cell(table, b, task)
-            rows.append(
-                {
-                    "preset": preset,
-                    "claim": claim,
-                    "task": task,
-                    "A": ca[0],
-                    "B": cb[0],
-                    "verdict": claim_verdict(ca, cb),
-                }
-            )
+            va, vb = cells[a, task], cells[b, task]
+            _, verdict, reason = stats.difference(va, vb, claim="greater")
+            rows.append({"preset": preset, "claim": claim, "task": task,
+                         "A": sum(va) / len(va) if va else math.nan,
+                         "B": sum(vb) / len(vb) if vb else math.nan,
+                         "verdict": verdict, "reason": reason})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _values(df: pd.DataFrame, table: pd.DataFrame, keys: tuple[str, ...]) -> dict:
+    """(cell key, task) -> the finite per-seed values behind ``table``'s rows."""
+    keys = list(keys)
+    cells = cell_stats(df[df["split"] == "random"], keys)
+    return {(tuple(r[k] for k in keys), r["task"]): r["values"] for _, r in cells.iterrows()
+            if tuple(r[k] for k in keys) in table.index}  # fmt: skip
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -164,8 +165,10 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         if (task, "ours") not in table:
             continue
         ours, sd, seeds = table[(task, "ours")], table[(task, "sd")], table[(task, "seeds")]
+        diverged = table[(task, "diverged")]
         out[(TASK_TITLES[task], "ours")] = [
-            format_mean_sd(m, s, k) for m, s, k in zip(ours, sd, seeds, strict=True)
+            f"diverged ({d} of {d + k})" if d and not k else format_mean_sd(m, s, k)
+            for m, s, k, d in zip(ours, sd, seeds, diverged, strict=True)
         ]
         out[(TASK_TITLES[task], "paper")] = [
             "-" if math.isnan(p) else f"{p:.2f}" for p in table[(task, "paper")]
@@ -203,88 +206,3 @@ def grid_caption(df: pd.DataFrame) -> str:
             if loss in LOSS_NAMES
         )
     )
-
-
-# --- prose rendered from the tables (no number in notebook 04 is typed by hand) -------
-
-
-def _cell_text(table: pd.DataFrame, key, task: str) -> str:
-    ours, sd, seeds = (table.loc[key, (task, k)] for k in ("ours", "sd", "seeds"))
-    paper, verdict_ = table.loc[key, (task, "paper")], table.loc[key, (task, "verdict")]
-    name = TASK_TITLES[task].split(" (")[0] + (" F1" if task == "dyck1" else "")
-    ours_text = format_mean_sd(ours, sd, int(seeds)).replace(f" ({int(seeds)} seeds)", "")
-    if math.isnan(paper):
-        return f"{name} {ours_text} (no paper number)"
-    return f"{name} {ours_text} (paper {paper:.2f}: {verdict_})"
-
-
-def _verdict_counts(table: pd.DataFrame) -> dict[str, int]:
-    verdicts = [table[(t, "verdict")] for t in TASKS if (t, "verdict") in table]
-    flat = pd.concat(verdicts).str.split(" ").str[0].replace({"not": "not reproduced"})
-    flat = flat[~pd.concat(verdicts).isin(["no paper number", "not run"])]
-    return {k: int((flat == k).sum()) for k in ("reproduced", "not reproduced", "inconclusive")}
-
-
-def _table_prose(table: pd.DataFrame, label) -> str:
-    lines = [
-        f"- {label(key)}: " + "; ".join(_cell_text(table, key, t) for t in TASKS) + "."
-        for key in table.index
-    ]
-    c = _verdict_counts(table)
-    lines.append(
-        f"\nOf the {sum(c.values())} cells with a paper number, {c['reproduced']} reproduced, "
-        f"{c['not reproduced']} did not, and {c['inconclusive']} are inconclusive (95% "
-        "interval too wide to decide)."
-    )
-    return "\n".join(lines)
-
-
-def table3_findings(results: pd.DataFrame) -> str:
-    """Table 3's prose: each row's cells against the paper, and the verdict counts."""
-    return "**Read from the table.**\n\n" + _table_prose(
-        table3(results), lambda k: f"`{k[0]}`, {LOSS_NAMES.get(k[1], k[1])}"
-    )
-
-
-def findings(results: pd.DataFrame) -> dict[str, str]:
-    """Notebook 04's prose, as Markdown rendered from the committed records."""
-    t3, t4 = table3(results), table4(results)
-    claims, split = claims_table(results), split_table(results)
-    out = {
-        "table3": table3_findings(results),
-        "table4": "**Read from the table.**\n\n"
-        + _table_prose(t4, lambda k: f"`{k[0]}`, {k[1]} rotation, {k[2]}"),
-    }
-    counts = claims["verdict"].value_counts()
-    named = []
-    for word in ("supported", "contradicted"):
-        hits = claims[claims["verdict"] == word]
-        groups = hits.groupby(["claim", "preset"], sort=False)["task"].apply(", ".join)
-        items = [f"{claim} (`{preset}`: {tasks})" for (claim, preset), tasks in groups.items()]
-        named.append(f"*{word.capitalize()}:* " + ("; ".join(items) if items else "none") + ".")
-    out["claims"] = (
-        f"Of the {len(claims)} claim tests, {counts.get('supported', 0)} are supported, "
-        f"{counts.get('contradicted', 0)} contradicted and {counts.get('undecided', 0)} "
-        "undecided (the 95% interval of the difference contains zero).\n\n" + "\n\n".join(named)
-    )
-    rows = []
-    for (preset, task), g in split.groupby(["preset", "task"], sort=False):
-        by = g.set_index("split")
-        rows.append(
-            f"`{preset}` {TASK_TITLES[task]}: random {by.loc['random', 'mean']:.2f} "
-            f"(test strings in train: {by.loc['random', 'test_in_train']:.1%}) → disjoint "
-            f"{by.loc['disjoint', 'mean']:.2f}"
-        )
-    out["split"] = "**Read from the table.** " + "; ".join(rows) + "."
-    # Table 3's focal row is Table 4's full model ("+norm", with rotation): count it once.
-    ce_rows = t3[t3.index.get_level_values("loss") == "ce"]
-    c3, c4 = _verdict_counts(ce_rows), _verdict_counts(t4)
-    total = {k: c3[k] + c4[k] for k in c3}
-    out["summary"] = (
-        f"Across Tables 3 and 4, {total['reproduced']} of the {sum(total.values())} distinct cells with a "
-        f"paper number reproduced, {total['not reproduced']} did not and "
-        f"{total['inconclusive']} are inconclusive at {int(results['seed'].nunique())} seeds; "
-        f"{counts.get('supported', 0)} of the paper's {len(claims)} ablation claim tests are "
-        "supported by our runs."
-    )
-    return out

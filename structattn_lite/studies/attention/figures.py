@@ -91,7 +91,7 @@ def plot_learning_curves(
 def plot_fraction_sweep(summary: pd.DataFrame, rates: str | None = None) -> Figure:
     """Test bpc against the fraction of training text (mean and 95% t interval);
     ``rates`` says in the title which rates the runs were trained at."""
-    from scipy import stats
+    from structattn_lite.stats import t_half_width
 
     sub = float32_finals(summary)
     sub = sub[sub["variant"].isin(sub[sub["fraction"] < 1]["variant"].unique())]
@@ -99,8 +99,8 @@ def plot_fraction_sweep(summary: pd.DataFrame, rates: str | None = None) -> Figu
     ax = fig.subplots()
     for variant, g in sub.groupby("variant", sort=False):
         agg = g.groupby("fraction")["test_bpc"].agg(["mean", "std", "count"])
-        half = stats.t.ppf(0.975, (agg["count"] - 1).clip(lower=1)) * agg["std"].fillna(0)
-        ax.errorbar(agg.index, agg["mean"], yerr=half / np.sqrt(agg["count"]), marker="o",
+        half = [t_half_width(sd, n) for sd, n in zip(agg["std"], agg["count"], strict=True)]
+        ax.errorbar(agg.index, agg["mean"], yerr=np.nan_to_num(half), marker="o",
                     capsize=3, label=variant)  # fmt: skip
     ax.set_xscale("log")
     title = "low-data sweep (bars: 95% t over seeds)"

@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from structattn_lite import stats
 from structattn_lite.records import RunRecord
-from structattn_lite.report import welch_difference
+from structattn_lite.stats import welch_difference
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     FIRST_SWEEP_CSV,
@@ -205,7 +205,7 @@ def _metric_drift(config: dict, weights) -> float:
 
 def t_half_width(v: pd.Series) -> float:
     """Half-width of the 95% Student-t interval on the mean of ``v`` (two values or more)."""
-    return stats.t.ppf(0.5 + LEVEL / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+    return stats.t_half_width(float(v.std(ddof=1)), len(v), LEVEL)
 
 
 def interval(values, digits: int = 3) -> str:

@@ -54,17 +54,6 @@ GRIDS: dict[str, dict[str, Any]] = {
         "n": None,
         "presets": ("paper", "upstream"),
     },
-    # committed: the larger grid whose records ship in data/results (too long for quick).
-    # It predates the validation split: its early stop read test accuracy (see notebook 03).
-    "committed": {
-        "tasks": ("parity", "mod3", "dyck1"),
-        "seeds": (0, 1, 2),
-        "epochs": 100,
-        "n": None,
-        "presets": ("paper", "code_switches"),
-        "hold_perfect": 10,
-        "legacy": True,
-    },
     # paper_era: the authors' paper-era model (befce39; their log sits at chance to epoch
     # 120 and jumps between 130 and 190) under the paper-text protocol, 5 seeds, 300
     # epochs, stopping once validation has held 100% for 10 epochs.
@@ -92,7 +81,7 @@ GRIDS: dict[str, dict[str, Any]] = {
 
 def grid(name: str) -> list[CSPRun]:
     """The runs behind the grokking figures and tables for a grid name (a profile, or a
-    committed grid: "committed", "paper_era", "gap")."""
+    committed grid: "paper_era", "gap")."""
     spec = GRIDS[config.check_choice("grid", name, GRIDS)]
     runs = []
     for task in spec["tasks"]:
@@ -110,11 +99,9 @@ def grid(name: str) -> list[CSPRun]:
                         )
                     )
                     continue
-                legacy = {"val_fraction": 0.0} if spec.get("legacy") else {}
-                hold = None if spec.get("legacy") else spec.get("hold_perfect")
                 runs.append(
                     paper_setting_run(task, preset, seed, n=spec["n"], epochs=spec["epochs"],
-                                      hold_perfect=hold, **legacy)
+                                      hold_perfect=spec.get("hold_perfect"))
                 )  # fmt: skip
     return runs
 
@@ -125,19 +112,18 @@ PAPER_SEEDS = 10
 
 
 COMMITTED_CSV = {
-    "committed": "csp_grokking_histories.csv.gz",
     "paper_era": "csp_paper_era_parity.csv.gz",
     "gap": "csp_grokking_gap.csv.gz",
 }
 
 
-def committed_records(grid: str = "committed") -> list[RunRecord]:
+def committed_records(grid: str = "gap") -> list[RunRecord]:
     """A committed grid's records (data/results), or [] when they are not there."""
     path = results_dir() / COMMITTED_CSV[config.check_choice("grid", grid, COMMITTED_CSV)]
     return load_histories(path) if path.exists() else []
 
 
-def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
+def export(records: list[RunRecord], grid: str = "gap") -> list[Path]:
     """Write finished runs of a committed grid to data/results, to commit them."""
     path = results_dir() / COMMITTED_CSV[config.check_choice("grid", grid, COMMITTED_CSV)]
     return [export_histories(records, path)]

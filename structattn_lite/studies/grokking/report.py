@@ -11,7 +11,7 @@ from IPython.display import display
 
 from structattn_lite.models import CSP_PRESETS
 from structattn_lite.records import RunRecord
-from structattn_lite.report import browser, figure_size, mean_sd, welch_difference
+from structattn_lite.report import browser, figure_size
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, PAPER_SEEDS
 from structattn_lite.training.metrics import grokking_gap
 
@@ -95,10 +95,12 @@ def grokking_figure(records, task: str, title: str | None = None):
             if jump is not None:
                 for ax in (acc_ax, norm_ax):
                     ax.axvline(jump, color=color, ls="--", lw=1)
+        for level, ls in ((0.9, ":"), (0.99, "--"), (1.0, "-")):  # the gap is read between
+            acc_ax.axhline(level, color="#555555", ls=ls, lw=0.6)
         acc_ax.set(
             title=f"{task}: {preset} preset",
             ylabel="accuracy (solid: whole-string test;\nfaint: train, run's labels)",
-            ylim=(0, 1.02),
+            ylim=(0, 1.03),
         )
         acc_ax.legend(fontsize=8, loc="lower right")
         norm_ax.set(xlabel="epoch", ylabel="grad norm before clipping", yscale="log")
@@ -136,53 +138,34 @@ def grokking_browser(sources: dict[str, list[RunRecord]]) -> widgets.Widget:
     return browser(sources, choices, show)
 
 
-def gap_verdict(gaps: pd.Series, task: str, level: float = 0.95) -> str:
-    """Our gap against the paper's mean ± sd over its 10 seeds: a Welch t-interval for the
-    difference, over the seeds that reached 100% (fewer than two: no verdict). An interval
-    wider than the paper's gap on either side cannot tell "no gap" from "twice the paper's",
-    so it is "inconclusive", never "consistent"."""
-    paper_mean, paper_sd = PAPER_GROKKING_GAP[task]
-    if len(gaps) < 2:
-        return f"undecided: {len(gaps)} seed(s) reached 100%"
-    _, low, high = welch_difference(
-        (gaps.mean(), gaps.std(ddof=1), len(gaps)), (paper_mean, paper_sd, PAPER_SEEDS), level
-    )
-    if (high - low) / 2 > paper_mean:
-        return f"inconclusive (Welch 95%: {low:.1f} to {high:.1f} epochs)"
-    if low > 0:
-        return f"longer than the paper's (Welch 95%: +{low:.1f} to +{high:.1f} epochs)"
-    if high < 0:
-        return f"shorter than the paper's (Welch 95%: {low:.1f} to {high:.1f} epochs)"
-    return f"consistent with the paper's (Welch 95%: {low:.1f} to {high:.1f} epochs)"
+def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
+    """Per task and preset: seeds reaching 99% and 100% (of those that jumped to 90%), the
+    Kaplan-Meier median gaps that count the seeds that never got there, the paper's gap,
+    how often the gradient-norm spike sits at the jump, and the ledger's verdict."""
+    from structattn_lite import claims, stats
 
-
-def grokking_table(records: list[RunRecord], metric: str = GAP_METRIC) -> pd.DataFrame:
-    """Per task and preset: seeds at 100% (on ``metric``), the gap as mean ± sd beside the
-    paper's with a Welch verdict, and how often the gradient-norm spike sits at the jump."""
-    runs = summarize(records, metric)
+    per_seed = pd.DataFrame(
+        [{"task": r.config["task"], "preset": r.config["preset"] or r.config["model"],
+          **claims.seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
+    )  # fmt: skip
     rows = []
-    for (task, preset), group in runs.groupby(["task", "preset"], sort=False):
-        gaps = group["grokking_gap"].dropna().astype(float)
-        paper_mean, paper_sd = PAPER_GROKKING_GAP.get(task, (float("nan"), float("nan")))
-        offsets = group["spike_minus_jump"].dropna().astype(float)
-        at_jump = int((offsets.abs() <= SPIKE_WINDOW).sum())
-        rows.append(
-            {
-                "task": task,
-                "preset": preset,
-                "seeds": len(group),
-                "seeds_at_100": len(gaps),
-                "final_test_seq_acc": mean_sd(group["final_test_seq_acc"], 3),
-                "gap_ours": mean_sd(gaps, 1) if len(gaps) else "not reached",
-                "gap_paper": f"{paper_mean} ± {paper_sd} ({PAPER_SEEDS} seeds)",
-                "spike_at_jump": f"{at_jump}/{len(offsets)} seeds"
-                + (f" (median offset {offsets.median():+.0f})" if len(offsets) else ""),
-                "max_epochs": int(group["epochs_run"].max()),
-                "verdict": gap_verdict(gaps, task)
-                if task in PAPER_GROKKING_GAP
-                else "no paper number",
-            }
-        )
+    for (task, preset), seeds in per_seed.groupby(["task", "preset"], sort=False):
+        paper = PAPER_GROKKING_GAP.get(task)
+        jumped = seeds[seeds["jump"].notna()]
+        row = {"task": task, "preset": preset, "seeds": len(seeds), "jumped": len(jumped),
+               "at chance first": int(seeds["plateau"].sum())}  # fmt: skip
+        for level in ("99", "100"):
+            reached = jumped[f"gap_{level}"].notna()
+            censored = jumped[f"gap_{level}"].where(reached, jumped["last"] - jumped["jump"])
+            row[f"reached {level}%"] = int(reached.sum())
+            row[f"gap to {level}% (KM median)"] = stats.km_median(censored.astype(float), reached)
+        row["gap, paper"] = f"{paper[0]} ± {paper[1]} ({PAPER_SEEDS} seeds)" if paper else "-"
+        at = int((jumped["spike_offset"].abs() <= claims.SPIKE_WINDOW).sum())
+        row["spike at jump"] = f"{at} of {len(jumped)}"
+        row["verdict"], row["reason"] = (
+            claims.gap_verdict(seeds, paper, "gap_100")[3:] if paper else
+            (stats.UNDECIDED, "the paper gives no number"))  # fmt: skip
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
