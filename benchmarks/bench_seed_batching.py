@@ -1,8 +1,8 @@
-"""K seeds trained together (stacked parameters, vmapped forward) vs K runs one after another.
+"""K seeds trained together (one stacked model, ``run_csp_stacked``) vs K runs one after another.
 
     .venv/bin/python benchmarks/bench_seed_batching.py [--seeds 3] [--threads 1]
 
-Times ``run_csp`` for each seed against ``run_csp_batched`` on the same configs (a short
+Times ``run_csp`` for each seed against ``run_csp_stacked`` on the same configs (a short
 parity run with per-prefix labels) at a few model sizes, and prints the speedup.
 """
 
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from structattn_lite.training.seed_batching import run_csp_batched
+from structattn_lite.training.seed_batching import run_csp_stacked
 from structattn_lite.training.state_tracking import CSPRun, run_csp
 
 
@@ -48,7 +48,7 @@ def main(argv=None):
             run_csp(c, progress=False)
         sequential = time.perf_counter() - start
         start = time.perf_counter()
-        run_csp_batched(cfgs)
+        run_csp_stacked(cfgs)
         batched = time.perf_counter() - start
         label = f"csp d={d_model}, {n_layers} layer(s), {scan}"
         print(

@@ -8,10 +8,10 @@ import torch
 
 from structattn_lite.records import RunStore
 from structattn_lite.report import style
+from structattn_lite.runs import sweep
 from structattn_lite.studies.ablations import experiment as ab
 from structattn_lite.studies.ablations import report as ct
-from structattn_lite.training.seed_batching import run_csp_batched, supports_vmap, sweep_batched
-from structattn_lite.training.state_tracking import CSPRun, build_csp_model, run_csp
+from structattn_lite.training.state_tracking import CSPRun, run_csp
 from structattn_lite.training.trainer import OptimConfig
 
 
@@ -120,19 +120,23 @@ def _tiny(seed, **kw):
                   optim=OptimConfig(lr=3e-3, plateau_patience=0), **kw)  # fmt: skip
 
 
-def test_seed_batched_training_equals_per_seed_training():
+def test_a_seed_batched_sweep_equals_per_seed_runs_and_is_reloaded(tmp_path):
+    """``sweep(..., seed_batching=True)`` trains the seeds of a config together
+    (``run_csp_stacked``), gives the records per-seed runs give, and reloads them."""
     # float64: CSP's training is chaotic at float32 rounding level (differences grow
     # ~10x per step), so equality is checked where rounding is negligible.
+    configs = [_tiny(s) for s in (0, 1, 2)]
+    stacked, alone = RunStore(tmp_path / "stacked"), RunStore(tmp_path / "alone")
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        configs = [_tiny(s) for s in (0, 1, 2)]
-        alone = [run_csp(c, progress=False) for c in configs]
-        together = run_csp_batched(configs)
+        together = sweep(ab, configs, store=stacked, progress=False, seed_batching=True)
+        one_by_one = sweep(ab, configs, store=alone, progress=False)
     finally:
         torch.set_default_dtype(old)
-    for a, b in zip(alone, together, strict=True):
-        assert a.key == b.key and a.status == b.status
+    assert [r.extra.get("seed_batched") for r in together] == [3, 3, 3]
+    for a, b in zip(one_by_one, together, strict=True):
+        assert a.key == b.key and a.status == b.status and "seed_batched" not in a.extra
         pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-6, atol=1e-9)
         torch.testing.assert_close(
             torch.tensor(b.extra["step_grad_norms"]),
@@ -140,56 +144,8 @@ def test_seed_batched_training_equals_per_seed_training():
             rtol=1e-6,
             atol=1e-9,
         )
-
-
-def test_stacked_adam_keeps_one_learning_rate_per_seed():
-    from structattn_lite.models import build_model
-    from structattn_lite.training.losses import focal_loss
-    from structattn_lite.training.seed_batching import SeedBatch
-
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        models = []
-        for seed in (0, 1):
-            torch.manual_seed(seed)
-            models.append(build_model("diag_rnn_neg", d_model=6, n_layers=1))
-        batch = SeedBatch(models, OptimConfig(lr=1e-3, clip=0.5))
-        batch.adam.lr = torch.tensor([1e-3, 5e-3])
-        refs = [
-            torch.optim.Adam(m.parameters(), lr=lr)
-            for m, lr in zip(models, (1e-3, 5e-3), strict=True)
-        ]
-        x = torch.randint(0, 2, (2, 16, 7), generator=torch.Generator().manual_seed(0))
-        y = x.cumsum(-1) % 2
-        for _ in range(4):
-            batch.train_step(x, y, focal_loss, torch.ones(2, dtype=torch.bool))
-            for i, (m, opt) in enumerate(zip(models, refs, strict=True)):
-                opt.zero_grad()
-                focal_loss(m(x[i]), y[i]).backward()
-                torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
-                opt.step()
-    finally:
-        torch.set_default_dtype(old)
-    for i, m in enumerate(models):
-        for name, p in m.named_parameters():
-            torch.testing.assert_close(batch.params[name][i], p.detach(), rtol=1e-9, atol=1e-12)
-
-
-def test_seed_batching_rejects_mixed_configs_and_falls_back(tmp_path):
-    with pytest.raises(ValueError, match="differ only in their seed"):
-        run_csp_batched([_tiny(0), _tiny(1, loss="ce")])
-    assert not supports_vmap(build_csp_model(CSPRun(model="lstm", preset=None), 2))
-    store = RunStore(tmp_path)
-    configs = [_tiny(0), _tiny(1)]
-    first = sweep_batched(configs, store, progress=False)
-    again = sweep_batched(configs, store, progress=False)  # reloaded, not retrained
-    assert (
-        [r.key for r in first]
-        == [r.key for r in again]
-        == [store.load("csp", c).key for c in configs]
-    )
-    assert first[0].extra["seed_batched"] == 2
+    again = sweep(ab, configs, store=stacked, progress=False, seed_batching=True, only_cached=True)
+    assert [r.key for r in again] == [r.key for r in together]  # reloaded, not retrained
 
 
 def test_paper_table4_grid_is_table4_in_the_paper_setting():

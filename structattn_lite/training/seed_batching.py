@@ -6,15 +6,12 @@ and ``unstack_model`` takes a seed back out. ``run_csp_stacked(configs)`` is ``r
 for configs equal but for their seed, trained together by ``StackedTrainer`` (per-seed
 data order, Adam, lr schedule, clipping, NaN guard and stop rule: see
 ``training.stacked_trainer``), and returns the records ``run_csp`` would. A model with no
-stacked form (the baselines) runs one seed at a time. ``SeedBatch`` keeps the older
-torch.func.vmap route for any model (slower than separate runs at d >= 32).
+stacked form (the baselines) runs one seed at a time.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import math
 import time
 from collections.abc import Sequence
 
@@ -24,11 +21,9 @@ from torch import nn
 from structattn_lite.training.stacked_trainer import (  # noqa: F401  (the public names)
     StackedAdam,
     StackedTrainer,
-    _per_seed,
     per_seed_grad_norm,
     per_seed_loss,
 )
-from structattn_lite.training.trainer import OptimConfig
 
 # --- stacked CSP runs ------------------------------------------------------------------
 
@@ -36,15 +31,12 @@ from structattn_lite.training.trainer import OptimConfig
 def stack_models(models: Sequence[nn.Module]) -> nn.Module | None:
     """One stacked model for reference models of one config, or None if it has no stacked form."""
     from structattn_lite.models.csp import CSP
+    from structattn_lite.models.csp_authors import AuthorsCSP
+    from structattn_lite.models.csp_authors_stacked import stack_authors
     from structattn_lite.models.csp_stacked import stack_csps
 
     if all(type(m) is CSP for m in models) and len({m.cfg for m in models}) == 1:
         return stack_csps(list(models))
-    try:
-        from structattn_lite.models.csp_authors import AuthorsCSP
-        from structattn_lite.models.csp_authors_stacked import stack_authors
-    except ImportError:  # no stacked form of the authors' model in this checkout
-        return None
     if all(type(m) is AuthorsCSP for m in models) and len({m.cfg for m in models}) == 1:
         return stack_authors(list(models))
     return None
@@ -167,96 +159,3 @@ def run_csp_stacked(configs: Sequence, progress: bool = False, device: str = "cp
         )
         for c, r, d, m in zip(configs, results, data, models, strict=True)
     ]
-
-
-run_csp_batched = run_csp_stacked  # the earlier name
-
-
-def sweep_batched(configs: Sequence, store=None, progress: bool = True) -> list:
-    """Like ``sweep``, but the seeds of one config are trained together.
-
-    Cached records are reused; records come back in the order of ``configs``.
-    """
-    from tqdm.auto import tqdm
-
-    from structattn_lite.records import RunStore
-    from structattn_lite.training.state_tracking import EXPERIMENT
-
-    store = store or RunStore()
-    found = {i: store.load(EXPERIMENT, c) for i, c in enumerate(configs)}
-    groups: dict[str, list[int]] = {}
-    for i, c in enumerate(configs):
-        if found[i] is None:
-            groups.setdefault(_without_seed(c), []).append(i)
-    for idx in tqdm(list(groups.values()), desc="seed groups", disable=not progress):
-        records = run_csp_stacked([configs[i] for i in idx])
-        for i, r in zip(idx, records, strict=True):
-            store.save(r)
-            found[i] = r
-    return [found[i] for i in range(len(configs))]
-
-
-# --- the torch.func.vmap route, for any model (slower than separate runs at d >= 32) ---
-
-
-def supports_vmap(model: nn.Module, vocab_size: int = 2) -> bool:
-    """Whether ``model`` can run under torch.func.vmap (nn.LSTM/GRU cannot)."""
-    from torch.func import functional_call, stack_module_state, vmap
-
-    params, buffers = stack_module_state([model, model])
-    base = copy.deepcopy(model).to("meta")
-    x = torch.randint(0, vocab_size, (2, 3, 4))
-    try:
-        vmap(lambda p, b, xi: functional_call(base, (p, b), (xi,)))(params, buffers, x)
-    except Exception:  # any unsupported op
-        return False
-    return True
-
-
-class SeedBatch:
-    """K models of one architecture stepped together through torch.func.vmap."""
-
-    def __init__(self, models: Sequence[nn.Module], optim: OptimConfig | None = None):
-        from torch.func import stack_module_state
-
-        self.k, self.optim = len(models), optim or OptimConfig()
-        params, self.buffers = stack_module_state(list(models))
-        self.params = {n: p.detach().clone() for n, p in params.items()}
-        self.base = copy.deepcopy(models[0]).to("meta")
-        self.adam = StackedAdam(
-            list(self.params.values()), self.optim.lr, self.k, self.optim.weight_decay
-        )
-
-    def forward(self, params, x):
-        """Logits [K, B, T, C] for stacked tokens x [K, B, T]."""
-        from torch.func import functional_call, vmap
-
-        return vmap(lambda p, b, xi: functional_call(self.base, (p, b), (xi,)))(
-            params, self.buffers, x
-        )
-
-    def train_step(self, x, y, loss_fn, active) -> tuple[torch.Tensor, torch.Tensor]:
-        params = {n: p.detach().requires_grad_(True) for n, p in self.params.items()}
-        losses = torch.stack(
-            [loss_fn(lg, yi) for lg, yi in zip(self.forward(params, x), y, strict=True)]
-        )
-        grads = list(torch.autograd.grad(losses.sum(), list(params.values())))
-        norms = per_seed_grad_norm(grads)
-        max_norm = self.optim.clip if self.optim.clip is not None else math.inf
-        coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-        grads = [g * _per_seed(coef, g) for g in grads]
-        finite = torch.isfinite(losses.detach()) & torch.isfinite(norms)
-        self.adam.step(grads, active & finite)
-        return losses.detach(), norms
-
-
-@torch.no_grad()
-def predict_stacked(batch, x: torch.Tensor, chunk: int = 512) -> torch.Tensor:
-    """Class predictions [K, N, T] of every seed on its own inputs x [K, N, T]."""
-    if isinstance(batch, nn.Module):
-        return batch.predict(x, chunk)
-    out = [
-        batch.forward(batch.params, x[:, i : i + chunk]).argmax(-1)
-        for i in range(0, x.shape[1], chunk)
-    ]
-    return torch.cat(out, 1)
