@@ -26,6 +26,7 @@ GROUPS = {  # who made the claims -> the ledger ids' prefixes
     "the authors' README length table (CSP-Vanilla)": ("authors",),
     "the wider field (Grazzi et al.; the Chomsky-hierarchy paper) on parity at length": (
         "grazzi", "chomsky"),
+    "the attention card's hypothesis (at the committed grid's budget)": ("attention",),
 }  # fmt: skip
 VERDICT_COLOR = {stats.REPRODUCED: "#1b7837", stats.NOT_REPRODUCED: "#b2182b",
                  stats.UNDECIDED: "#878787"}  # fmt: skip

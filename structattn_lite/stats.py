@@ -28,6 +28,7 @@ MIN_SEEDS = 3  # fewer finite seeds than this decide nothing
 # Equivalence margins, in the claim's own units.
 ACCURACY_MARGIN = 0.02  # accuracy or F1: the paper prints two digits; 0.02 is its last digit x2
 LENGTH_MARGIN = 0.05  # accuracy far past the training length, where papers report rough levels
+BPC_MARGIN = 0.02  # bits per character: "equal" loss within 0.02 bpc (about 1% at 2 bpc)
 
 RULES = {
     "equivalence": (
@@ -97,6 +98,19 @@ def summary(values: Sequence[float]) -> tuple[float, float, int]:
     """(mean, sd, n) of the finite values, the form ``welch_difference`` takes."""
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x)
+
+
+def interaction(a1, b1, a2, b2, level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean(a1) - mean(b1)) - (mean(a2) - mean(b2)) over four independent samples, and its
+    Welch-Satterthwaite t interval (NaN with fewer than two values in any sample)."""
+    parts = [summary(x) for x in (a1, b1, a2, b2)]
+    if min(n for *_, n in parts) < 2:
+        return math.nan, math.nan, math.nan
+    diff = parts[0][0] - parts[1][0] - parts[2][0] + parts[3][0]
+    v = [sd**2 / n for _, sd, n in parts]
+    dof = sum(v) ** 2 / sum(vi**2 / (n - 1) for vi, (*_, n) in zip(v, parts, strict=True))
+    half = float(stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(sum(v)))
+    return diff, diff - half, diff + half
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL):

@@ -72,6 +72,10 @@ def test_every_claim_the_ledger_owes_has_its_row():
     owed |= {f"{kind}/paper/{task}" for kind in ("gap", "spike") for task in TASKS}
     owed |= {f"authors/{task}/L{n}" for task in TASKS for n in (16, 32, 64)}
     owed |= {"grazzi/diag_rnn", "grazzi/diag_rnn_neg", "chomsky/lstm", "chomsky/transformer"}
+    owed |= {f"attention/{row}" for row in (
+        "not_worse/shared", "not_worse/sep", "smoother/shared", "smoother/sep",
+        "fewer_parameters", "stable/nonfinite", "stable/bfloat16", "low_data/dense",
+        "low_data/dot", "low_parameters", "best_m", "pruning", "digits")}  # fmt: skip
     assert owed <= ids, sorted(owed - ids)
     assert set(claims.ledger()["verdict"]) <= set(stats.VERDICTS)
 

@@ -59,3 +59,12 @@ def test_difference_rule_reads_the_claimed_side():
     assert stats.difference(low, high, claim="greater")[1] == stats.NOT_REPRODUCED
     assert stats.difference(high, high, claim="greater")[1] == stats.UNDECIDED
     assert stats.difference(low, high, margin=2.0, claim="not_worse")[1] == stats.REPRODUCED
+
+
+def test_interaction_reduces_to_welch_when_one_contrast_is_exact():
+    a, b = [2.0, 2.2, 2.1, 2.3], [1.0, 1.4, 1.2, 1.1]
+    flat = [5.0, 5.0, 5.0]
+    diff, low, high = stats.interaction(a, b, flat, flat)
+    ref = stats.welch_difference(stats.summary(a), stats.summary(b))
+    assert (diff, low, high) == pytest.approx(ref)
+    assert math.isnan(stats.interaction(a, b, [1.0], flat)[1])
