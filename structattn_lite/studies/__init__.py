@@ -6,12 +6,20 @@ class, ``grid(name)``, ``run(config)`` and ``export(records)``.
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 from structattn_lite.config import check_choice
+from structattn_lite.studies.ablations import experiment as ablations
+from structattn_lite.studies.attention import experiment as attention
+from structattn_lite.studies.grokking import experiment as grokking
+from structattn_lite.studies.length import experiment as length
 
-STUDIES = ("attention", "grokking", "ablations", "length")
+STUDIES: dict[str, ModuleType] = {
+    "attention": attention,
+    "grokking": grokking,
+    "ablations": ablations,
+    "length": length,
+}
 NOTEBOOKS = {"attention": "02", "grokking": "03", "ablations": "04", "length": "05"}
 
 
@@ -20,5 +28,4 @@ def get_study(study: str | ModuleType) -> ModuleType:
     the contract) is returned as it is."""
     if not isinstance(study, str):
         return study
-    check_choice("study", study, STUDIES)
-    return importlib.import_module(f"structattn_lite.studies.{study}.experiment")
+    return STUDIES[check_choice("study", study, STUDIES)]
