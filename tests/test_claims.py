@@ -46,3 +46,25 @@ def test_gap_rule_reproduces_a_gap_inside_the_papers_spread():
     seeds = _seeds([history([0.5, 0.5, 0.95] + [0.97] * k + [1.0]) for k in (2, 3, 3, 4, 3)])
     *_, verdict, _ = claims.gap_verdict(seeds, (4.0, 1.5), "gap_100")
     assert verdict == stats.REPRODUCED
+
+
+def test_claims_browser_follows_its_controls():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from structattn_lite.claims.browser import claims_browser
+
+    app = claims_browser()
+    source, claim = app.children[0].children
+    assert claim.value.startswith("table3/")
+    source.value = "CSP paper, grokking gap"
+    assert claim.value.startswith("gap/") and all(i.startswith("gap/") for _, i in claim.options)
+    from structattn_lite.claims.browser import claim_figure, describe
+
+    row = claims.ledger(values=True).set_index("id").loc["gap/paper/parity"]
+    row["id"] = "gap/paper/parity"
+    assert "**not reproduced**" in describe(row) or row["verdict"] in describe(row)
+    fig = claim_figure(row)
+    dots = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+    assert dots == sum(len(v) for v in row["values"].values())  # every seed, both thresholds
+    assert len(fig.axes[1].lines) >= 5  # the five seeds' curves, then the levels

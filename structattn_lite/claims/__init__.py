@@ -1,0 +1,87 @@
+"""The claims ledger: every published claim the study tests, one row each, decided from
+the committed records in ``data/results/`` by the rules of ``stats``.
+
+``ledger()`` builds the table; ``write()`` saves it as ``data/results/claims.csv`` and
+``markdown()`` renders it for the README and the notebooks. Nothing here reads a run
+store or trains: the table is a function of the committed files alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from structattn_lite import stats
+from structattn_lite.claims import attention, csp, length
+from structattn_lite.claims.csp import GAP_METRIC, SPIKE_WINDOW, gap_verdict, seed_gaps
+from structattn_lite.claims.rows import COLUMNS, TASK_NAME
+from structattn_lite.config import results_dir
+
+__all__ = ["COLUMNS", "GAP_METRIC", "SPIKE_WINDOW", "TASK_NAME", "committed", "counts",
+           "gap_verdict", "ledger", "markdown", "results_dir", "seed_gaps", "write"]  # fmt: skip
+CLAIMS_CSV = "claims.csv"
+# --- the table --------------------------------------------------------------------------
+
+SECTIONS: list[Callable[[], list[dict]]] = [
+    csp.table3,
+    csp.table4,
+    csp.grokking,
+    length.authors_length,
+    length.wider_field,
+    attention.attention,
+]
+
+
+def ledger(values: bool = False) -> pd.DataFrame:
+    """Every claim's row, computed from the committed records (rounded as written); with
+    ``values``, a last column holds each row's per-seed numbers."""
+    rows = [row for section in SECTIONS for row in section()]
+    table = pd.DataFrame(rows, columns=[*COLUMNS, "values"] if values else COLUMNS)
+    for column in ("published", "ours", "low", "high"):
+        table[column] = table[column].astype(float).round(4)
+    table["seeds"] = table["seeds"].astype(int)
+    return table
+
+
+def path() -> Path:
+    return results_dir() / CLAIMS_CSV
+
+
+def write() -> Path:
+    ledger().to_csv(path(), index=False)
+    return path()
+
+
+def committed() -> pd.DataFrame:
+    return pd.read_csv(path())
+
+
+def _cell(x: float, digits: int = 3) -> str:
+    return "" if pd.isna(x) else f"{x:.{digits}f}"
+
+
+def markdown(table: pd.DataFrame | None = None, prefixes: tuple[str, ...] = ()) -> str:
+    """The ledger as a Markdown table: claim, published, ours [95% interval] (seeds),
+    verdict and its reason (the rule and protocol columns stay in the CSV); only the
+    rows whose id starts with one of ``prefixes`` ("table4", "gap", ...), if given."""
+    table = ledger() if table is None else table
+    if prefixes:
+        table = table[table["id"].str.split("/").str[0].isin(prefixes)]
+    lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | reason |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for _, r in table.iterrows():
+        ours = _cell(r["ours"]) or "–"
+        if not pd.isna(r["low"]) and r["low"] != r["high"]:
+            ours += f" [{_cell(r['low'])}, {_cell(r['high'])}]"
+        lines.append(
+            f"| {r['claim']} | {r['source']} | {_cell(r['published'], 2)} | {ours} "
+            f"({r['seeds']}) | **{r['verdict']}** | {r['reason']} |"
+        )
+    return "\n".join(lines)
+
+
+def counts(table: pd.DataFrame | None = None) -> dict[str, int]:
+    table = ledger() if table is None else table
+    return {v: int((table["verdict"] == v).sum()) for v in stats.VERDICTS}

@@ -1,0 +1,123 @@
+"""The claims dashboard: pick a claim, see the paper's number, ours seed by seed, the
+interval, the verdict and its rule, and the runs' curves where the records keep them."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from structattn_lite.report import figure_size
+
+GROUPS = {
+    "table3": "CSP paper, Table 3", "table4": "CSP paper, Table 4",
+    "gap": "CSP paper, grokking gap", "spike": "CSP paper, gradient-norm spike",
+    "authors": "the authors' README", "grazzi": "Grazzi et al.", "chomsky": "Chomsky hierarchy",
+    "attention": "the attention card",
+}  # fmt: skip
+VERDICT_COLOR = {"reproduced": "#1b7837", "not reproduced": "#b2182b", "undecided": "#878787"}
+
+
+def _number(x, digits: int = 3) -> str:
+    return "–" if pd.isna(x) else f"{x:.{digits}f}"
+
+
+def describe(row: pd.Series) -> str:
+    """One claim's row as a short Markdown block."""
+    interval = "" if pd.isna(row["low"]) else f" [{_number(row['low'])}, {_number(row['high'])}]"
+    return "\n".join([
+        f"**{row['claim']}** ({row['source']})",
+        "",
+        f"- published: {_number(row['published'], 2)}; ours: {_number(row['ours'])}{interval} "
+        f"over {row['seeds']} seed(s)",
+        f"- verdict: **{row['verdict']}**: {row['reason']}",
+        f"- rule: {row['rule']}",
+        f"- protocol: {row['protocol']} (grid `{row['grid']}`)",
+        f"- reproduce: `{row['command']}`; notebook {row['notebook']}",
+    ])  # fmt: skip
+
+
+def _curves(ax, ident: str) -> bool:
+    """Whole-string test accuracy per seed for the claims the gap grid's records carry."""
+    from structattn_lite.claims.csp import GAP_METRIC
+    from structattn_lite.studies.grokking.experiment import committed_records
+
+    kind, *rest = ident.split("/")
+    if kind in ("gap", "spike"):
+        preset, task = rest
+    elif kind == "table3" and rest[0] == "focal" or ident.startswith("table4/with/+norm/"):
+        preset, task = "paper", rest[-1]
+    else:
+        return False
+    for r in committed_records("gap"):
+        if r.config["preset"] == preset and r.config["task"] == task and len(r.history):
+            ax.plot(r.history["epoch"], r.history[GAP_METRIC], lw=0.8, label=f"seed {r.seed}")
+    for level, ls in ((0.9, ":"), (0.99, "--"), (1.0, "-")):
+        ax.axhline(level, color="#555555", ls=ls, lw=0.6)
+    ax.set(xlabel="epoch", ylabel="whole-string test accuracy", title="the runs (grid 'gap')")
+    ax.legend(fontsize=6, loc="lower right")
+    return True
+
+
+def claim_figure(row: pd.Series):
+    """Per-seed values (one column per side of a comparison), the published number and our
+    interval; beside it, the runs' curves where the records keep them."""
+    fig, axes = plt.subplots(1, 2, figsize=figure_size(2, height=2.4))
+    ax = axes[0]
+    color = VERDICT_COLOR.get(row["verdict"], "#878787")
+    for i, values in enumerate(row["values"].values()):
+        y = np.asarray([v for v in values if v is not None], dtype=float)
+        ax.scatter(np.full(len(y), i) + np.linspace(-0.12, 0.12, len(y)), y, s=14,
+                   color=color if i == 0 else "#4d4d4d", zorder=3)  # fmt: skip
+    ax.set_xticks(range(len(row["values"])), list(row["values"]), fontsize=6)
+    if not pd.isna(row["published"]):
+        ax.axhline(row["published"], color="#2166ac", lw=1, label="published")
+    if len(row["values"]) == 1 and not pd.isna(row["low"]):
+        ax.errorbar([0.3], [row["ours"]], yerr=[[row["ours"] - row["low"]],
+                    [row["high"] - row["ours"]]], fmt="o", color=color, capsize=3,
+                    label="ours, 95% interval")  # fmt: skip
+    ax.set(title=f"seed by seed: {row['verdict']}", xlim=(-0.6, max(len(row["values"]), 2) - 0.4))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, loc="best")
+    if not _curves(axes[1], row["id"]):
+        axes[1].axis("off")
+        axes[1].text(0.5, 0.5, "no curves in the committed\nrecords for this claim",
+                     ha="center", va="center", fontsize=7, color="#555555")  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def claims_browser(table: pd.DataFrame | None = None) -> widgets.Widget:
+    """Two dropdowns, source then claim; the row, its seeds and its curves beneath."""
+    from structattn_lite.claims import ledger
+
+    table = ledger(values=True) if table is None else table
+    table = table.assign(group=table["id"].str.split("/").str[0])
+    names = {GROUPS[g]: g for g in dict.fromkeys(table["group"]) if g in GROUPS}
+    source = widgets.Dropdown(options=list(names), description="source")
+    claim = widgets.Dropdown(description="claim", layout=widgets.Layout(width="60%"))
+    out = widgets.Output(layout=widgets.Layout(overflow="auto"))
+
+    def pick_source(*_):
+        rows = table[table["group"] == names[source.value]]
+        claim.options = list(zip(rows["claim"], rows["id"], strict=True))
+        claim.value = rows["id"].iloc[0]  # a new source opens on its first claim
+
+    def redraw(*_):
+        out.clear_output(wait=True)
+        if claim.value is None:
+            return
+        row = table[table["id"] == claim.value].iloc[0]
+        with out, plt.ioff():
+            display(Markdown(describe(row)))
+            fig = claim_figure(row)
+            display(fig)
+            plt.close(fig)
+
+    source.observe(pick_source, names="value")
+    claim.observe(redraw, names="value")
+    pick_source()
+    redraw()
+    return widgets.VBox([widgets.HBox([source, claim]), out])

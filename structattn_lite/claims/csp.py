@@ -1,0 +1,221 @@
+"""The CSP paper's claims: Tables 3 and 4 at the paper's size, the grokking gap and the
+gradient-norm spike at the jump."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from structattn_lite import stats
+from structattn_lite.claims.rows import (
+    METRIC,
+    METRIC_NAME,
+    PAPER_TEXT,
+    TASK_NAME,
+    equivalence_row,
+    read,
+    row,
+)
+
+# --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
+
+
+def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, table: str):
+    """One row per (cell, task): ``cells`` lists (claim words, selector, published)."""
+    rows = []
+    for ident, words, select, published, task in cells:
+        runs = frame[select(frame) & (frame["task"] == task)] if frame is not None else None
+        if runs is None:
+            runs = pd.DataFrame(columns=[METRIC[task], "status"])
+        diverged = runs["status"] == "diverged"  # its last evaluation is no trained model's
+        values = runs.loc[~diverged, METRIC[task]].dropna()
+        diverged = int(diverged.sum())
+        rows.append(
+            equivalence_row(
+                values,
+                diverged,
+                published,
+                stats.ACCURACY_MARGIN,
+                id=ident,
+                study="CSP",
+                claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {published:.2f}",
+                source=f"CSP paper, Table {table}",
+                protocol=PAPER_TEXT,
+                grid=grid,
+                notebook="04, Tables 3 and 4",
+                command=command,
+            )  # fmt: skip
+        )
+    return rows
+
+
+def table3() -> list[dict]:
+    from structattn_lite.studies.ablations.experiment import PAPER_TABLE3
+
+    words = {"focal": "focal loss", "ce": "cross-entropy instead of focal loss"}
+    cells = [
+        (f"table3/{loss}/{task}", words[loss], _selector(loss=loss), PAPER_TABLE3[loss, task], task)
+        for loss in ("focal", "ce")
+        for task in TASK_NAME
+    ]
+    command = "structattn run ablations --grid paper_text --seed-batching"
+    return _table_rows(read("csp_ablations_paper_text.csv"), cells, "paper_text", command, "3")
+
+
+def _selector(**equal) -> Callable[[pd.DataFrame], pd.Series]:
+    def select(frame: pd.DataFrame) -> pd.Series:
+        mask = pd.Series(True, index=frame.index)
+        for column, value in equal.items():
+            mask &= frame[column] == value
+        return mask
+
+    return select
+
+
+ROW_WORDS = {
+    "base": "Base (no SiLU, skip or norm)", "+silu": "+SiLU (inside every step)",
+    "+skip": "+Skip", "+norm": "+Norm (the full model)",
+    "layernorm": "LayerNorm instead of the complex norm",
+}  # fmt: skip
+
+
+def table4() -> list[dict]:
+    """Table 4's nine rows; the full rotated model is Table 3's focal runs (shared)."""
+    from structattn_lite.studies.ablations.experiment import PAPER_TABLE4
+
+    ablated = read("csp_ablations_paper_table4.csv")
+    full = read("csp_ablations_paper_text.csv")
+    if full is not None:
+        full = full[full["loss"] == "focal"]
+    frame = pd.concat([f for f in (ablated, full) if f is not None]) if (
+        ablated is not None or full is not None) else None  # fmt: skip
+    cells = []
+    for (rotation, variant), numbers in PAPER_TABLE4.items():
+        for task, published in zip(TASK_NAME, numbers, strict=True):
+            if math.isnan(published):
+                continue
+            words = f"{ROW_WORDS[variant]}, {rotation} rotation"
+            select = _selector(rotation=rotation, variant=variant, preset="paper")
+            cells.append((f"table4/{rotation}/{variant}/{task}", words, select, published, task))
+    command = "structattn run ablations --grid paper_table4 --seed-batching"
+    return _table_rows(frame, cells, "paper_table4 (+ paper_text)", command, "4")
+
+
+# --- the CSP paper: grokking gap and gradient-norm spike ----------------------------------
+
+GAP_METRIC = "test_seq_acc"
+CHANCE = {"parity": 0.5, "mod3": 2 / 3, "dyck1": 0.5}  # majority class of the whole string
+PLATEAU_ABOVE_CHANCE = 0.1  # an epoch "at chance" scores below chance + this
+PLATEAU_EPOCHS = 2  # a grokking phase: at least this many epochs at chance before the jump
+SPIKE_WINDOW = 2  # a spike "at the jump" falls within this many epochs of it
+
+
+def seed_gaps(history: pd.DataFrame, task: str) -> dict:
+    """One seed's jump (first epoch at 90%), the gaps to 99% and 100% (None: not reached),
+    whether it sat at chance before the jump, and its spike's offset from the jump."""
+    acc = history[GAP_METRIC].tolist()
+    epochs = history["epoch"].tolist()
+    first = {lvl: next((e for e, a in zip(epochs, acc, strict=True) if a >= lvl), None)
+             for lvl in (0.9, 0.99, 1.0)}  # fmt: skip
+    jump = first[0.9]
+    before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
+    plateau = sum(a < CHANCE[task] + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
+    spike = int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
+    return {
+        "jump": jump,
+        "last": epochs[-1],
+        "gap_99": None if jump is None or first[0.99] is None else first[0.99] - jump,
+        "gap_100": None if jump is None or first[1.0] is None else first[1.0] - jump,
+        "plateau": plateau,
+        "spike_offset": None if jump is None else spike - jump,
+    }
+
+
+def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
+    """(ours, low, high, verdict, reason) of one task's gap at one threshold."""
+    from structattn_lite.studies.grokking.experiment import PAPER_SEEDS
+
+    jumped = seeds[seeds["jump"].notna()]
+    reached = jumped[column].notna()
+    times = jumped[column].where(reached, jumped["last"] - jumped["jump"]).astype(float)
+    median = stats.km_median(times, reached)
+    k, n = int(reached.sum()), len(seeds)
+    mean, low, high, _ = stats.mean_interval(jumped.loc[reached, column].astype(float))
+    level = column.split("_")[1]
+    counts = f"{k} of {n} seeds reached {level}%, KM median {median:g} epochs"
+    if int(seeds["plateau"].sum()) < stats.MIN_SEEDS:
+        sat = int(seeds["plateau"].sum())
+        return (
+            mean,
+            low,
+            high,
+            stats.UNDECIDED,
+            (f"no grokking phase to measure: {sat} of {n} seeds at chance before the jump"),
+        )
+    if 2 * k < n:
+        return mean, low, high, stats.NOT_REPRODUCED, f"{counts} (the paper: all of 10)"
+    if k < stats.MIN_SEEDS:
+        return mean, low, high, stats.UNDECIDED, f"{counts}, fewer than {stats.MIN_SEEDS}"
+    _, dlow, dhigh = stats.welch_difference(
+        stats.summary(jumped.loc[reached, column].astype(float)), (*paper, PAPER_SEEDS)
+    )
+    margin = paper[1]
+    text = f"{counts}; Welch ours - paper [{dlow:+.1f}, {dhigh:+.1f}], margin ±{margin}"
+    if dhigh < -margin or dlow > margin:
+        return mean, low, high, stats.NOT_REPRODUCED, text
+    if k == n and -margin <= dlow and dhigh <= margin:
+        return mean, low, high, stats.REPRODUCED, text
+    return mean, low, high, stats.UNDECIDED, text
+
+
+MODEL_WORDS = {"paper": "the text's model", "authors_3bb9f71": "the authors' CSP (3bb9f71)"}
+
+
+def grokking() -> list[dict]:
+    from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
+
+    records = committed_records("gap")
+    per_seed = pd.DataFrame(
+        [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
+          **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
+    )  # fmt: skip
+    protocol = PAPER_TEXT.replace("the text's model", "each model")
+    command = "structattn run grokking --grid gap --seed-batching"
+    rows = []
+    for preset in MODEL_WORDS:
+        for task, paper in PAPER_GROKKING_GAP.items():
+            seeds = per_seed[(per_seed["task"] == task) & (per_seed["preset"] == preset)]
+            if seeds.empty:
+                continue
+            ours, low, high, verdict, reason = gap_verdict(seeds, paper, "gap_100")
+            *_, reason_99 = gap_verdict(seeds, paper, "gap_99")
+            rows.append(row(
+                {"gap to 100%": seeds["gap_100"].tolist(), "gap to 99%": seeds["gap_99"].tolist()},
+                id=f"gap/{preset}/{task}", study="CSP",
+                claim=f"grokking gap (90% to 100% test accuracy), {TASK_NAME[task]}, "
+                      f"{MODEL_WORDS[preset]}: {paper[0]} ± {paper[1]} epochs",
+                source="CSP paper, section 4.2.1", published=paper[0], ours=ours, low=low,
+                high=high, seeds=len(seeds), verdict=verdict,
+                reason=f"{reason} (at 99%: {reason_99.split(';')[0]})",
+                rule="gap: Welch vs the paper, margin ± its sd; censored seeds (KM)",
+                protocol=protocol, grid="gap", notebook="03, grokking gap", command=command,
+            ))  # fmt: skip
+            jumped = seeds[seeds["jump"].notna()]
+            at = int((jumped["spike_offset"].abs() <= SPIKE_WINDOW).sum())
+            verdict, reason = stats.majority(at, len(jumped), f"spike within ±{SPIKE_WINDOW} "
+                                             "epochs of the 90% jump")  # fmt: skip
+            rows.append(row(
+                {"spike minus jump (epochs)": jumped["spike_offset"].tolist()},
+                id=f"spike/{preset}/{task}", study="CSP",
+                claim=f"the largest gradient norm coincides with the jump, {TASK_NAME[task]}, "
+                      f"{MODEL_WORDS[preset]}",
+                source="CSP paper, section 4.2.1", ours=at / max(len(jumped), 1),
+                low=stats.share_interval(at, len(jumped))[0] if len(jumped) else math.nan,
+                high=stats.share_interval(at, len(jumped))[1] if len(jumped) else math.nan,
+                seeds=len(jumped), verdict=verdict, reason=reason,
+                rule="majority of seeds (Clopper-Pearson)", protocol=protocol, grid="gap",
+                notebook="03, gradient-norm spikes", command=command,
+            ))  # fmt: skip
+    return rows

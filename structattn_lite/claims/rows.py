@@ -1,0 +1,49 @@
+"""What every section of the ledger shares: its columns, the tasks' names and metrics,
+and the two ways a row is made."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from structattn_lite import stats
+from structattn_lite.config import results_dir
+
+COLUMNS = [
+    "id", "study", "claim", "source", "published", "ours", "low", "high", "seeds",
+    "verdict", "reason", "rule", "protocol", "grid", "notebook", "command",
+]  # fmt: skip
+
+TASK_NAME = {"parity": "parity", "mod3": "mod-3", "dyck1": "parentheses"}
+METRIC = {"parity": "test_seq_acc", "mod3": "test_seq_acc", "dyck1": "test_seq_f1"}
+METRIC_NAME = {"parity": "accuracy", "mod3": "accuracy", "dyck1": "F1"}
+PAPER_TEXT = (
+    "the text's model (d 64, 3 layers), 5,000/5,000/10,000 strings of length 16, 80/20 "
+    "i.i.d. split, focal loss, Adam 1e-3 with plateau halving, up to 300 epochs, early stop "
+    "once validation held 100% for 10 epochs"
+)
+
+
+def read(name: str) -> pd.DataFrame | None:
+    """A committed results file, or None when it is not there."""
+    path = results_dir() / name
+    return pd.read_csv(path) if path.exists() else None
+
+
+def row(values=(), **fields) -> dict:
+    """One ledger row. ``values`` holds the per-seed numbers behind it, for the claims
+    dashboard (a list, or a dict of lists for a two-sided comparison); not in the CSV."""
+    values = values if isinstance(values, dict) else {"ours": list(values)}
+    return {**{column: fields.get(column, math.nan) for column in COLUMNS}, "values": values}
+
+
+def equivalence_row(values: pd.Series, diverged: int, published: float, margin: float,
+                    **fields) -> dict:  # fmt: skip
+    """A row for "our mean equals the published number within ± margin"."""
+    verdict, reason = stats.equivalence(values.tolist(), published, margin, diverged=diverged)
+    mean, low, high, n = stats.mean_interval(values.tolist())
+    rule = f"equivalence, margin ±{margin}"
+    return row(values.tolist(), published=published, ours=mean, low=low, high=high,
+               seeds=n + diverged, verdict=verdict, reason=reason, rule=rule,
+               **fields)  # fmt: skip
