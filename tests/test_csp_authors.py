@@ -296,3 +296,16 @@ def test_gradients_reach_every_trainable_parameter_and_tokens_are_checked():
                 assert p.grad is not None and p.grad.abs().sum() > 0, (revision, name)
     with pytest.raises(ValueError, match="tokens must be an integer tensor"):
         model(torch.rand(2, 5))
+
+
+def test_cumulative_angle_is_added_step_by_step_in_float32_as_theirs():
+    from structattn_lite.models.csp_authors import running_sum
+
+    torch.manual_seed(0)
+    phi = torch.rand(200, 64, 1) * 6 - 3
+    theirs, total = [], torch.zeros_like(phi[:, 0])
+    for t in range(phi.shape[1]):  # their loop: theta_cum = theta_cum + theta_t
+        total = total + phi[:, t]
+        theirs.append(total)
+    assert torch.equal(running_sum(phi), torch.stack(theirs, 1))  # bit for bit
+    assert not torch.equal(phi.cumsum(1), torch.stack(theirs, 1))  # cumsum sums in double

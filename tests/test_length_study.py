@@ -215,3 +215,16 @@ def test_authors_table_sets_their_number_against_our_interval():
     assert table.loc[("parity", 16), "verdict"] == "reproduced"
     low = pd.DataFrame(rows).assign(all_acc=lambda d: d["all_acc"] - 0.2 * (d["length"] == 32))
     assert la.authors_table(low).loc[("parity", 32), "verdict"] == "not reproduced"
+
+
+def test_authors_mod3_is_built_with_their_vocabulary_of_three():
+    from structattn_lite.data.tasks import make_task
+    from structattn_lite.models import count_parameters
+
+    (cfg,) = [c for c in ls.grid("authors") if c.task == "mod3_authors" and c.seed == 0]
+    task = make_task(cfg.task, **cfg.task_options)
+    model = ls.build_length_model(cfg, task.n_classes, task.vocab_size)
+    assert task.vocab_size == 3 and count_parameters(model) == 4893  # their README's count
+    assert make_task("mod3_authors").vocab_size == 2  # the tokens themselves are 0 and 1
+    with pytest.raises(ValueError, match="vocab_size"):
+        make_task("mod3_authors", vocab_size=4)

@@ -24,7 +24,7 @@ TASK_OPTIONS = {
     "mod3": ("target",),
     "modk": ("k", "target"),
     "dyck1": ("balanced", "negatives", "label"),
-    "mod3_authors": (),
+    "mod3_authors": ("vocab_size",),
     "dyck1_authors": ("min_length",),
 }
 LABELS = ("sequence", "prefix")
@@ -128,12 +128,14 @@ class Mod3Authors(ModK):
     """The authors' mod-3: three classes, the count of ones mod 3 after every prefix.
 
     Tokens are 0 and 1, but their script (experiments/mod3.py, 7d6c56a3) builds the model
-    with ``vocab_size=3``, one embedding row never read; their 4,893 parameters include it.
+    with ``vocab_size=3``, one embedding row never read; their 4,893 parameters include it,
+    and with the same torch seed only that vocabulary draws their initial weights.
     """
 
-    def __init__(self):
+    def __init__(self, vocab_size: int = 2):
         super().__init__(k=3, target="residue")
         self.name = "mod3_authors"
+        self.vocab_size = check_choice("vocab_size", vocab_size, (2, 3))
 
 
 def dyck_depth(x: torch.Tensor) -> torch.Tensor:
@@ -394,7 +396,7 @@ def make_task(task: str, **options) -> Task:
     if task == "modk":
         return ModK(**options)
     if task == "mod3_authors":
-        return Mod3Authors()
+        return Mod3Authors(**options)
     if task == "dyck1_authors":
         return AuthorsDyck1(**options)
     return Dyck1(**options)

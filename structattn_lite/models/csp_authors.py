@@ -69,6 +69,17 @@ from torch import nn
 from structattn_lite.config import check_choice, check_int
 
 
+def running_sum(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """The running sum over ``dim``, added step by step in ``x``'s own dtype as their loop
+    does (``theta_cum = theta_cum + theta_t``): ``torch.cumsum`` on the CPU accumulates
+    float32 in double, which moves a float32 angle by ~1e-5 rad at L = 64."""
+    steps = x.unbind(dim)
+    out = [steps[0]]
+    for step in steps[1:]:
+        out.append(out[-1] + step)
+    return torch.stack(out, dim)
+
+
 @dataclass(frozen=True)
 class RevisionTraits:
     commit: str  # the full sha it was read from
@@ -169,7 +180,7 @@ class AuthorsBlock(nn.Module):
                 c = c / torch.sqrt(c.square().sum(-1, keepdim=True) + 1e-8).detach()
             x, y = c[..., :1], c[..., 1:]
             phi = torch.atan2(y, x + torch.sign(x) * 1e-9)
-        return phi if kind == "step_tanh" else phi.cumsum(1)
+        return phi if kind == "step_tanh" else running_sum(phi)
 
     def recur(self, x_re: torch.Tensor, x_im: torch.Tensor):
         """Rotate, drive, recur: h (real, imaginary), and the decays alpha [B, T, 1]."""

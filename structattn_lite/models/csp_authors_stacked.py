@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig
+from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig, running_sum
 from structattn_lite.models.csp_stacked import SeedStack, seed_token_rows
 from structattn_lite.models.csp_stacked_core import _TokenRows
 
@@ -251,7 +251,7 @@ class StackedAuthorsCSP(SeedStack):
         s, steps, batch, _, hidden = x.shape
         phi = self._angles(proj["c"])
         if traits.angle != "step_tanh":
-            phi = phi.cumsum(1)
+            phi = running_sum(phi)  # float32 step by step, as theirs
         cos, sin = phi.cos(), phi.sin()  # [S, T, B, 1]
         bias = getattr(self, _key(p + "B_proj.bias"), None)
         if traits.gates_read == "drive":  # both gates read the drive; the decay no state

@@ -268,6 +268,7 @@ def _first_pass(spec: dict) -> list[LengthRun]:
             seed=seed,
             max_eval_length=spec["max_eval_length"],
             n_eval=spec["n_eval"],
+            task_options=spec.get("task_options", {}).get(task, {}),
             **spec.get("run", {}),
         )
         for seed in spec["seeds"]

@@ -100,6 +100,8 @@ GRIDS = {
             "dyck1_authors": ("csp_authors_7d6c56a",),
         },
         "protocols": ("fixed",),
+        # their mod-3 script's vocabulary (4,893 parameters; their initial weights)
+        "task_options": {"mod3_authors": {"vocab_size": 3}},
         "seeds": tuple(range(5)),
         "epochs": 300,
         "n": 10_000,
