@@ -91,15 +91,19 @@ def runs_dir() -> Path:
     return Path(env) if env else repo_root() / "data" / "runs"
 
 
-def figures_dir(profile: str | None = None) -> Path:
-    """Rendered figures: ``STRUCTATTN_FIGURES``, else ``figures/`` (quick and paper) or
-    the scratch folder ``reports/smoke/`` (smoke), so smoke runs never touch committed output."""
+COMMITTED = "committed"  # the figure "profile" of a render of data/results
+
+
+def figures_dir(profile: str = COMMITTED) -> Path:
+    """Where figures go. Renders of the committed records (``"committed"``, see
+    ``structattn_lite.committed_figures``): ``STRUCTATTN_FIGURES``, else ``figures/``, the
+    only figures in git. A profile's own runs (smoke, quick, paper) draw scratch figures
+    into ``reports/<profile>/`` beside that folder (gitignored), so a study run never
+    changes figures/."""
+    check_choice("profile", profile, (COMMITTED, *PROFILES))
     env = os.environ.get("STRUCTATTN_FIGURES")
-    if env:
-        return Path(env)
-    if profile == "smoke":  # a profile or a grid name; only smoke is scratch
-        return repo_root() / "reports" / "smoke"
-    return repo_root() / "figures"
+    committed = Path(env) if env else repo_root() / "figures"
+    return committed if profile == COMMITTED else committed.parent / "reports" / profile
 
 
 def results_dir() -> Path:

@@ -18,7 +18,7 @@ from IPython.display import display
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from structattn_lite.config import check_choice, figures_dir
+from structattn_lite.config import COMMITTED, check_choice, figures_dir
 from structattn_lite.stats import welch_difference  # noqa: F401  (re-exported)
 from structattn_lite.training.trainer import Callback
 
@@ -66,30 +66,42 @@ def figure_size(columns: int = 2, height: float | None = None) -> tuple[float, f
     return width, round(width * 0.62, 2) if height is None else height
 
 
-def line_style(k: int) -> dict:
-    """Colour, dash pattern and marker of the k-th line: no two of the first ten share all
-    three, so a line drawn over another stays visible."""
-    return {
-        "color": PALETTE[k % len(PALETTE)],
-        "ls": LINESTYLES[k % len(LINESTYLES)],
-        "marker": MARKERS[k % len(MARKERS)],
-    }
-
-
 use_style()
 
-# One name, colour and marker per model or variant, in every figure (issue: colours by
-# list position changed between figures).
+# One display name, colour, dash and marker per model or variant, in every figure (issue:
+# colours by list position changed between figures). Entries are only ever appended: a
+# colour is fixed by the entry's place in this list, so it never moves.
 MODEL_STYLE = {
-    name: {"name": display, "color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+    name: {"name": display, "color": PALETTE[i % len(PALETTE)],
+           "marker": MARKERS[i % len(MARKERS)], "ls": LINESTYLES[i % len(LINESTYLES)]}
     for i, (name, display) in enumerate({
         "csp_paper": "CSP, the text", "csp_code_switches": "CSP, code switches",
-        "csp_authors": "CSP, the authors' code", "lstm": "LSTM", "gru": "GRU",
+        "csp_authors": "CSP, the authors' code (3bb9f71)", "lstm": "LSTM", "gru": "GRU",
         "transformer": "Transformer", "diag_rnn": "diagonal RNN [0, 1]",
         "diag_rnn_neg": "diagonal RNN [-1, 1]", "complex_rnn": "complex RNN",
         "dot": "dot product", "dense": "dense Mahalanobis", "matroidal m=2d": "matroidal m=2d",
+        # appended: every variant of the attention records, the other CSP models
+        "dense (sep q/k)": "dense Mahalanobis, separate q/k", "matroidal m=1d": "matroidal m=1d",
+        "matroidal m=4d": "matroidal m=4d",
+        "matroidal m=2d (sep q/k)": "matroidal m=2d, separate q/k",
+        "csp_authors_7d6c56a": "CSP, the authors' code (7d6c56a)",
+        "authors_befce39": "CSP, the authors' paper-era code (befce39)",
     }.items())
 }  # fmt: skip
+# A CSP preset (the grokking and ablation grids' name) is the length study's model of it.
+MODEL_STYLE |= {preset: MODEL_STYLE[model] for preset, model in {
+    "paper": "csp_paper", "code_switches": "csp_code_switches",
+    "authors_3bb9f71": "csp_authors", "upstream": "csp_authors",
+}.items()}  # fmt: skip
+
+
+def model_style(name: str) -> dict:
+    """``MODEL_STYLE[name]`` (its display ``name``, ``color``, ``ls`` and ``marker``); a
+    model without an entry is an error naming the table, not a colour by position."""
+    if name not in MODEL_STYLE:
+        raise ValueError(f"{name!r} has no entry in report.MODEL_STYLE; append one")
+    return MODEL_STYLE[name]
+
 
 # Fixed metadata so re-rendering the same figure gives the same bytes.
 _PNG_META = {"Software": None}
@@ -105,15 +117,25 @@ def save_figure(
     out: Path | None = None,
     pdf: bool = True,
 ) -> list[Path]:
-    """Write ``<notebook>_<name>.png`` and ``.pdf`` into ``figures/``; returns both paths.
+    """Write ``<notebook>_<name>.png`` and ``.pdf`` into ``out``, else the folder of
+    ``profile`` (``config.figures_dir``); returns the paths.
 
-    A smoke-profile figure, or one drawn from a stand-in corpus (anything but ``"ptb"``),
-    goes to the scratch folder ``reports/smoke/`` instead and says so in its title, so
-    it can never pass for a committed figure.
+    ``profile="committed"`` marks a render of the committed records in data/results, the
+    only kind that goes to ``figures/`` (``committed_figures`` draws them all); a figure
+    of a profile's own runs goes to ``reports/<profile>/``. A smoke-profile figure, or
+    one drawn from a stand-in corpus (anything but ``"ptb"``), says so in its title.
     """
-    scratch = profile == "smoke" or corpus not in (None, "ptb")
-    out = out or figures_dir("smoke" if scratch else profile)
-    if scratch:
+    stand_in = corpus not in (None, "ptb")
+    if out is None:
+        if profile is None:
+            raise ValueError(
+                f"save_figure({notebook!r}, {name!r}) needs profile= (a profile, or "
+                f"{COMMITTED!r} for a render of data/results) or out="
+            )
+        if profile == COMMITTED and stand_in:
+            raise ValueError(f"a committed figure is drawn from data/results, not {corpus!r}")
+        out = figures_dir(profile)
+    if profile == "smoke" or stand_in:
         fig.suptitle(
             f"[scratch: profile {profile}, corpus {corpus or 'n/a'}]",
             fontsize=7,
@@ -151,15 +173,18 @@ def style(display: pd.DataFrame, caption: str = ""):
 
 
 def save_table(
-    display: pd.DataFrame, notebook: str, name: str, caption: str = "", profile: str | None = None
+    display: pd.DataFrame,
+    notebook: str,
+    name: str,
+    caption: str = "",
+    profile: str | None = None,
+    out: Path | None = None,
 ) -> list[Path]:
     """Write the table as HTML (styled) and PNG/PDF (a matplotlib table) where
-    ``save_figure`` writes (``figures/``, or the scratch folder for smoke)."""
-    out = figures_dir("smoke" if profile == "smoke" else None)
-    out.mkdir(parents=True, exist_ok=True)
-    html = out / f"{notebook}_{name}.html"
+    ``save_figure`` writes them."""
+    paths = save_figure(table_figure(display, caption), notebook, name, profile, out=out)
+    html = paths[0].with_suffix(".html")
     html.write_text(style(display, caption).set_uuid(f"{notebook}_{name}").to_html())  # stable ids
-    paths = save_figure(table_figure(display, caption), notebook, name, profile=profile)
     return [html, *paths]
 
 

@@ -231,7 +231,7 @@ def test_figure_fits_print(case, tmp_path, monkeypatch):
     assert height <= PAGE_HEIGHT, f"{case}: {height:.2f} in tall, more than a page"
     assert not label_problems(fig), f"{case}: {label_problems(fig)}"
 
-    png, pdf = report.save_figure(fig, "test", re.sub(r"\W+", "_", case))
+    png, pdf = report.save_figure(fig, "test", re.sub(r"\W+", "_", case), out=tmp_path)
     assert pdf.exists() and pdf.stat().st_size > 1000
     with Image.open(png) as im:
         saved = im.size[0] / report.SAVE_DPI

@@ -6,13 +6,14 @@ can end with ``fig`` and ``structattn_lite.plots.save_figure`` writes it.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 
 from structattn_lite.records import RunRecord
-from structattn_lite.report import figure_size
+from structattn_lite.report import figure_size, model_style
 from structattn_lite.studies.attention.report import float32_finals
 
 NOTEBOOK = "02_attention"
@@ -21,10 +22,6 @@ NOTEBOOK = "02_attention"
 def slug(name: str) -> str:
     """A file-name-safe form of a variant label: "matroidal m=2d (sep q/k)" -> "matroidal_m2d_sep_qk"."""
     return "_".join("".join(ch for ch in name if ch.isalnum() or ch == " ").split())
-
-
-def _palette(variants: list[str]) -> dict[str, tuple]:
-    return dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=False))
 
 
 def _variants(records: list[RunRecord]) -> list[str]:
@@ -55,34 +52,43 @@ def plot_learning_curves(
         fig.subplots().text(0.5, 0.5, "no finished runs", ha="center")
         return fig
     variants = list(dict.fromkeys(frame["variant"]))
-    colors = _palette(variants)
     cols = min(4, len(variants) + 1)
     rows = -(-(len(variants) + 1) // cols)
     fig = Figure(figsize=figure_size(2, height=2.2 * rows), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True)).ravel()
     means = frame.groupby(["variant", "step"])[metric].mean()
-    for ax, v in zip(axes, variants, strict=False):
+    # one scale for every variant, so panels compare by eye, set from every curve and
+    # floor (sharing the first panel's limits clipped curves that ended below it)
+    low = min([frame[metric].min(), *(floors or {}).values()])
+    high = max([frame[metric].max(), *(floors or {}).values()])
+    pad = 0.04 * (high - low or 1)
+    for k, (ax, v) in enumerate(zip(axes, variants, strict=False)):
+        style = model_style(v)
         for _, g in frame[frame["variant"] == v].groupby("seed"):
-            ax.plot(g["step"], g[metric], color=colors[v], lw=0.6, alpha=0.5)
-        ax.plot(means[v].index, means[v].values, color=colors[v], lw=2)
+            ax.plot(g["step"], g[metric], color=style["color"], lw=0.6, alpha=0.5)
+        ax.plot(means[v].index, means[v].values, color=style["color"], lw=2)
+        title = textwrap.fill(style["name"], 24)  # two lines, not into the next title
+        ax.set(title=title, xlabel="training step", ylim=(low - pad, high + pad))
         for name, value in (floors or {}).items():
             ax.axhline(value, color="grey", ls=":", lw=0.8)
             ax.text(ax.get_xlim()[0], value, f" {name}", fontsize=6, va="bottom", color="grey")
-        ax.set(title=v, xlabel="training step", ylabel=what.get(metric, metric))
-        if ax is not axes[0]:  # one scale for every variant, so panels compare by eye
-            ax.sharey(axes[0])
+        if k % cols == 0:  # the scale is shared: label it once per row
+            ax.set_ylabel(what.get(metric, metric))
+        else:
+            ax.tick_params(labelleft=False)
     diff_ax = axes[len(variants)]
     if "dot" in variants:
         for v in variants:
             if v != "dot":
                 d = (means[v] - means["dot"]).dropna()
-                diff_ax.plot(d.index, d.values, color=colors[v], lw=1.5, label=v)
+                style = model_style(v)
+                diff_ax.plot(d.index, d.values, color=style["color"], lw=1.5, label=style["name"])
         diff_ax.axhline(0, color="black", lw=0.8)
-        diff_ax.set(title="difference to dot\n(mean over seeds)", xlabel="training step",
-                    ylabel="variant minus dot (below 0: better)")  # fmt: skip
+        diff_ax.set(title=f"difference to {model_style('dot')['name']}\n(mean; below 0: better)",
+                    xlabel="training step", ylabel="variant minus dot")  # fmt: skip
         # beside the figure, not over the curves: the gaps move from panel to panel
         fig.legend(*diff_ax.get_legend_handles_labels(), loc="outside lower center",
-                   ncols=3, fontsize=7, title="difference to dot:", title_fontsize=7)  # fmt: skip
+                   ncols=3, fontsize=7, title="each minus dot product:", title_fontsize=7)  # fmt: skip
     for ax in axes[len(variants) + 1 :]:
         ax.set_axis_off()
     return fig
@@ -100,8 +106,9 @@ def plot_fraction_sweep(summary: pd.DataFrame, rates: str | None = None) -> Figu
     for variant, g in sub.groupby("variant", sort=False):
         agg = g.groupby("fraction")["test_bpc"].agg(["mean", "std", "count"])
         half = [t_half_width(sd, n) for sd, n in zip(agg["std"], agg["count"], strict=True)]
-        ax.errorbar(agg.index, agg["mean"], yerr=np.nan_to_num(half), marker="o",
-                    capsize=3, label=variant)  # fmt: skip
+        style = model_style(variant)
+        ax.errorbar(agg.index, agg["mean"], yerr=np.nan_to_num(half), marker=style["marker"],
+                    color=style["color"], capsize=3, label=style["name"])  # fmt: skip
     ax.set_xscale("log")
     title = "low-data sweep (bars: 95% t over seeds)"
     ax.set(xlabel="fraction of the training text used", ylabel="test bits per character",
@@ -114,7 +121,6 @@ def plot_grad_norms(records: list[RunRecord], group: str = "total") -> Figure:
     """Per-step gradient norms before clipping (one group: "total", a layer, "metric"),
     first seed of each variant; the warmup is shaded."""
     recs = [r for r in records if r.status == "ok" and group in r.extra.get("grad_norms", {})]
-    colors = _palette(_variants(recs))
     fig = Figure(figsize=figure_size(2, height=2.6), layout="constrained")
     ax = fig.subplots()
     done = set()
@@ -125,12 +131,14 @@ def plot_grad_norms(records: list[RunRecord], group: str = "total") -> Figure:
         done.add(v)
         norms = r.extra["grad_norms"][group]
         stride = max(1, r.extra["steps"] // max(len(norms), 1))
-        ax.plot(np.arange(len(norms)) * stride, norms, color=colors[v], lw=0.8, label=v)
+        style = model_style(v)
+        ax.plot(np.arange(len(norms)) * stride, norms, color=style["color"], lw=0.8,
+                label=style["name"])  # fmt: skip
     if recs:
         ax.axvspan(0, recs[0].config["recipe"]["warmup_steps"], color="grey", alpha=0.15)
     ax.set(xlabel="training step", ylabel=f"gradient norm before clipping ({group})",
            yscale="log", title="gradient norms (shaded: warmup, left out of the variance)")  # fmt: skip
-    ax.legend(fontsize=7, ncol=2)
+    fig.legend(loc="outside lower center", ncols=4, fontsize=7)  # not over the norms
     return fig
 
 
@@ -149,7 +157,7 @@ def plot_learned_weights(record: RunRecord) -> Figure:
         ax.set(xlabel="support column e" if what == "l_e" else "eigenvalue index", ylabel="head",
                title=f"layer {layer}: {what}")  # fmt: skip
         fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(record.extra["variant"] + f" (seed {record.seed})", fontsize=10)
+    fig.suptitle(f"{model_style(record.extra['variant'])['name']} (seed {record.seed})")
     return fig
 
 
@@ -162,10 +170,11 @@ def plot_weight_histograms(records: list[RunRecord]) -> Figure:
         vals = np.concatenate(
             [np.ravel(w) for r in recs if r.extra["variant"] == v for w in r.extra["weights"]]
         )
-        ax.hist(vals, bins=40, histtype="step", label=v)
+        style = model_style(v)
+        ax.hist(vals, bins=40, histtype="step", color=style["color"], label=style["name"])
     ax.set(xlabel=r"learned weight $\ell_e = \mathrm{softplus}(\theta_e)$", ylabel="columns",
            title="learned matroidal weights")  # fmt: skip
-    ax.legend(fontsize=8)
+    fig.legend(loc="outside lower center", fontsize=7)  # below the axes, not over the bars
     return fig
 
 
@@ -183,7 +192,8 @@ def plot_attention_map(record: RunRecord, layer: int = 0, head: int = 0) -> Figu
     ax.set(
         xlabel="key",
         ylabel="query",
-        title=f"{record.extra['variant']} s{record.seed}: layer {layer}, head {head}",
+        title=f"{model_style(record.extra['variant'])['name']}, seed {record.seed}\n"
+        f"layer {layer}, head {head}",
     )
     fig.colorbar(im, ax=ax, fraction=0.046)
     return fig
@@ -197,13 +207,15 @@ def plot_pruning(records: list[RunRecord]) -> Figure:
     for r in records:
         p = pd.DataFrame(r.extra.get("pruning", []))
         if len(p) and r.config["data_fraction"] == 1.0 and "val_bpc" in p:
-            ax.plot(p["kept"], p["val_bpc"], marker="o", label=f"{r.extra['variant']} s{r.seed}")
+            style = model_style(r.extra["variant"])
+            ax.plot(p["kept"], p["val_bpc"], color=style["color"], marker=style["marker"],
+                    alpha=0.7, label=f"{style['name']}, seed {r.seed}")  # fmt: skip
     ax.set(
         xlabel="share of support columns kept",
         ylabel="validation bits per character",
         title="pruning columns with $\\ell_e < \\delta$,\nthen a short fine-tune",
     )
-    ax.legend(fontsize=7)
+    fig.legend(loc="outside lower center", ncols=2, fontsize=6)  # below, not over the curves
     return fig
 
 

@@ -11,7 +11,7 @@ from IPython.display import display
 
 from structattn_lite.models import CSP_PRESETS
 from structattn_lite.records import RunRecord
-from structattn_lite.report import browser, figure_size
+from structattn_lite.report import browser, figure_size, model_style
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, PAPER_SEEDS
 from structattn_lite.training.metrics import grokking_gap
 
@@ -57,32 +57,43 @@ def jump_epoch(history, level: float = 0.9, metric: str = GAP_METRIC) -> int | N
     return int(history.loc[hit[0], "epoch"]) if len(hit) else None
 
 
+# The levels the jump and the gap are read at: the jump is the first epoch at 90%, the
+# gap runs from there to the first epoch at 99% (or 100%). Each level's line style, and
+# the marker and words of each seed's first epoch there (the curves hide 99% vs 100%).
+LEVELS = {0.9: ":", 0.99: "--", 1.0: "-"}
+CROSSINGS = {0.99: ("v", "first ≥ 99%"), 1.0: ("*", "first at 100%")}
+
+
 def grokking_figure(records, task: str, title: str | None = None):
     """Test accuracy per seed (top) with the per-step gradient norm aligned beneath.
 
-    One column per preset; a dashed line marks each seed's jump (first epoch >= 90%).
+    One column per preset; each seed's jump (first epoch >= 90%) is a dashed line, its
+    first epochs at 99% and 100% are marked, so the gap can be read off; the legend sits
+    below the panels.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     runs = [r for r in records if r.config["task"] == task]
     presets = sorted({r.config["preset"] or r.config["model"] for r in runs})
     fig, axes = plt.subplots(
         2,
         len(presets),
-        figsize=figure_size(2 if len(presets) > 1 else 1, height=4.2),
+        figsize=figure_size(2 if len(presets) > 1 else 1, height=4.4),
         sharex="col",
         squeeze=False,
         gridspec_kw={"height_ratios": [2, 1]},
+        layout="constrained",
     )
+    seeds = sorted({r.seed for r in runs})
+    colors = {seed: f"C{k % 10}" for k, seed in enumerate(seeds)}  # a seed's colour, every panel
     for col, preset in enumerate(presets):
         acc_ax, norm_ax = axes[0, col], axes[1, col]
-        for i, r in enumerate(
-            x for x in runs if (x.config["preset"] or x.config["model"]) == preset
-        ):
-            h, color = r.history, f"C{i}"
+        for r in (x for x in runs if (x.config["preset"] or x.config["model"]) == preset):
+            h, color = r.history, colors[r.seed]
             if not len(h):
                 continue
-            acc_ax.plot(h["epoch"], h[GAP_METRIC], color=color, label=f"seed {r.seed}")
+            acc_ax.plot(h["epoch"], h[GAP_METRIC], color=color)
             acc_ax.plot(h["epoch"], h["train_acc"], color=color, alpha=0.35, lw=1)
             norms = r.extra.get("step_grad_norms")
             if norms:  # per step; shipped records keep only the per-epoch max
@@ -95,18 +106,30 @@ def grokking_figure(records, task: str, title: str | None = None):
             if jump is not None:
                 for ax in (acc_ax, norm_ax):
                     ax.axvline(jump, color=color, ls="--", lw=1)
-        for level, ls in ((0.9, ":"), (0.99, "--"), (1.0, "-")):  # the gap is read between
+            for level, (marker, _) in CROSSINGS.items():
+                first = jump_epoch(h, level)
+                if first is not None:
+                    acc_ax.plot(first, level, marker=marker, color=color, ms=5, zorder=3)
+        for level, ls in LEVELS.items():
             acc_ax.axhline(level, color="#555555", ls=ls, lw=0.6)
         acc_ax.set(
-            title=f"{task}: {preset} preset",
-            ylabel="accuracy (solid: whole-string test;\nfaint: train, run's labels)",
-            ylim=(0, 1.03),
+            title=f"{task}: {model_style(preset)['name']}",
+            ylabel="whole-string test accuracy\n(faint: train, run's labels)",
+            ylim=(0, 1.04),
+            yticks=(0, 0.2, 0.4, 0.6, 0.8, 0.9, 1),
         )
-        acc_ax.legend(fontsize=8, loc="lower right")
-        norm_ax.set(xlabel="epoch", ylabel="grad norm before clipping", yscale="log")
+        norm_ax.set(xlabel="epoch", ylabel="grad norm\nbefore clipping", yscale="log")
+    keys = [
+        Line2D([], [], color="grey", ls="--", lw=1, label="first ≥ 90% (the jump)"),
+        *(Line2D([], [], color="grey", ls="none", marker=m, ms=5, label=words)
+          for m, words in CROSSINGS.values()),
+        Line2D([], [], color="#555555", lw=0.6, label="levels 90% (dotted), 99%, 100%"),
+    ]  # fmt: skip
+    seed_lines = [Line2D([], [], color=colors[s], label=f"seed {s}") for s in seeds]
+    fig.legend(handles=seed_lines + keys, loc="outside lower center",
+               ncols=4 if len(presets) > 1 else 2, fontsize=7)  # fmt: skip
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 

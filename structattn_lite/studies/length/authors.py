@@ -48,28 +48,37 @@ def authors_table(curves: pd.DataFrame, lengths=(16, 32, 64)) -> pd.DataFrame:
 
 def authors_figure(curves: pd.DataFrame):
     """All-positions accuracy against evaluation length, one panel per task: our mean with
-    its 95% t band over seeds, their README numbers as points."""
+    its 95% t band over seeds (in the model's ``report.MODEL_STYLE`` colour), their README
+    numbers as points."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from structattn_lite.report import figure_size
+    from structattn_lite.report import figure_size, model_style
 
     tasks = list(dict.fromkeys(curves["task"]))
-    fig, axes = plt.subplots(1, len(tasks), figsize=figure_size(2, height=2.4), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=figure_size(2, height=2.6), squeeze=False, layout="constrained"
+    )
     for ax, task in zip(axes[0], tasks, strict=True):
-        g = curves[curves["task"] == task].groupby("length")["all_acc"]
+        at = curves[curves["task"] == task]
+        style = model_style(at["model"].iloc[0])
+        g = at.groupby("length")["all_acc"]
         mean = g.mean()
         sd_n = zip(g.std(), g.count(), strict=True)
         half = np.nan_to_num([stats.t_half_width(sd, n) for sd, n in sd_n])
-        ax.plot(mean.index, mean.values, color="C0", lw=1.2, label="ours (mean, 95% band)")
-        ax.fill_between(mean.index, mean - half, mean + half, color="C0", alpha=0.2, lw=0)
+        band = ((mean - half).clip(0, 1), (mean + half).clip(0, 1))  # accuracy stays in [0, 1]
+        label = f"ours (mean, 95% band): {style['name']}"
+        ax.plot(mean.index, mean.values, color=style["color"], lw=1.2, label=label)
+        ax.fill_between(mean.index, *band, color=style["color"], alpha=0.2, lw=0)
         published = AUTHORS.get(AUTHORS_TASK.get(task, task), {}).get("CSP-Vanilla")
         if published:
-            ax.plot((16, 32, 64), published, "o", color="C3", ms=4, label="authors' README")
+            ax.plot((16, 32, 64), published, "o", color="black", ms=3.5, label="authors' README")
         ax.axvline(16, color="grey", ls=":", lw=1)
-        ax.set(title=task, xlabel="evaluation length L", xscale="log", ylim=(0.4, 1.02))
+        ax.set(title=task, xlabel="evaluation length L", ylim=(0.4, 1.02))
         ax.set_xscale("log", base=2)
     axes[0][0].set_ylabel("accuracy, all positions")
-    axes[0][0].legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    legend = {}  # one entry per label, below the panels and not over a curve
+    for ax in axes[0]:
+        legend |= dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=2, fontsize=7)
     return fig

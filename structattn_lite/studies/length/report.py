@@ -172,10 +172,12 @@ def length_caption(curves: pd.DataFrame) -> str:
 
 def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
     """Accuracy vs evaluation length: one panel per (protocol, task), one line per model
-    (each its own colour, dash and marker, so lines that coincide stay visible)."""
+    in its ``report.MODEL_STYLE`` colour, dash and marker (so lines that coincide stay
+    visible), with a band of ± 1 sd over seeds; the legend sits below the panels."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    from structattn_lite.report import figure_size, line_style
+    from structattn_lite.report import figure_size, model_style
 
     tasks = [t for t in ("parity", "mod3", "dyck1") if t in set(curves["task"])]
     protocols = [p for p in ("fixed", "variable") if p in set(curves["protocol"])]
@@ -186,31 +188,34 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
         figsize=figure_size(2, height=2.3 * len(protocols) + 0.7),
         squeeze=False,
         sharey=True,
+        layout="constrained",
     )
     for i, proto in enumerate(protocols):
         for j, task in enumerate(tasks):
             ax = axes[i][j]
             sub = curves[(curves["task"] == task) & (curves["protocol"] == proto)]
-            for k, model in enumerate(models):
+            for model in models:
                 g = sub[sub["model"] == model].groupby("length")[metric]
                 m, s = g.mean(), g.std().fillna(0)
                 if len(m):
-                    style = line_style(k)
-                    ax.plot(m.index, m.values, label=model, lw=1, markevery=0.12, **style)
-                    ax.fill_between(m.index, m - s, m + s, color=style["color"], alpha=0.12, lw=0)
+                    style = model_style(model)
+                    ax.plot(m.index, m.values, lw=1, markevery=0.12, color=style["color"],
+                            ls=style["ls"], marker=style["marker"])  # fmt: skip
+                    band = ((m - s).clip(0, 1), (m + s).clip(0, 1))  # accuracy stays in [0, 1]
+                    ax.fill_between(m.index, *band, color=style["color"], alpha=0.12, lw=0)
             ax.axvline(16 if proto == "fixed" else 40, color="grey", ls=":", lw=1)
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{task}, {proto} protocol", fontsize=9)
-            ax.set_xlabel("evaluation length L")
+            ax.set(ylim=(-0.02, 1.04), xlabel="evaluation length L")
+            ax.set_title(f"{task}, {proto} protocol")
             if j == 0:
                 ax.set_ylabel(
                     "accuracy: " + METRICS[metric].split(" (")[0].replace("positions ", "")
                 )
-    from matplotlib.lines import Line2D
-
-    handles = [Line2D([], [], lw=1, **line_style(k)) for k in range(len(models))]
-    fig.legend(handles, models, loc="lower center", ncol=min(len(models), 5), frameon=False)
-    fig.tight_layout(rect=(0, 0.11, 1, 1))
+    handles = [
+        Line2D([], [], lw=1, color=st["color"], ls=st["ls"], marker=st["marker"], label=st["name"])
+        for st in map(model_style, models)
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(models), 4))
     return fig
 
 
