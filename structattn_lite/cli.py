@@ -5,6 +5,7 @@ structattn run length --grid committed --executor ray      the same grid as Ray 
 structattn export ablations --grid paper_table4             write data/results/ from records
 structattn data fetch ptb                                  download a dataset (online users)
 structattn findings --write                                README findings from data/results
+structattn figures                                         redraw figures/ from data/results
 structattn study --profile quick                           execute the notebooks (make study)
 
 Every argument is checked before anything trains (exit status 2, one line naming it).
@@ -251,6 +252,19 @@ def _findings(args) -> int:
     return 0
 
 
+def _figures(args) -> int:
+    from structattn_lite import committed_figures
+    from structattn_lite.config import figures_dir
+
+    folder = figures_dir()
+    written = committed_figures.write_all(folder)
+    for path in committed_figures.stray(folder, written):
+        path.unlink()
+        print(f"{path}: removed (drawn from no committed record)")
+    print(f"{len(written)} files in {folder} redrawn from data/results")
+    return 0
+
+
 def _execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device",
@@ -343,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
     found = sub.add_parser("findings", help="the README's findings, from data/results")
     found.add_argument("--write", action="store_true", help="rewrite them in README.md")
     found.set_defaults(func=_findings)
+
+    figures = sub.add_parser(
+        "figures", help="redraw figures/ from data/results (and remove what none draws)"
+    )
+    figures.set_defaults(func=_figures)
 
     study = sub.add_parser("study", help="execute the notebooks into reports/ (as make study)")
     study.add_argument("--profile", choices=PROFILES, default="quick")

@@ -1,0 +1,262 @@
+"""Every figure and table in ``figures/``, drawn from the committed records in data/results.
+
+``FIGURES`` maps each file's stem (``<notebook>_<name>``) to the function that draws it:
+a matplotlib figure, or a ``Table`` that ``report.save_table`` writes as HTML, PNG and PDF.
+The notebooks show these same drawings (``save``), ``structattn figures`` rewrites them all
+(``write_all``), and tests/test_committed_figures.py fails when a file in git differs from
+what the records render. The findings figures (``figures/findings_*.png``) are
+``findings.write_figures``'s. Figures of a profile's own runs go to ``reports/<profile>/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+from structattn_lite.config import COMMITTED
+from structattn_lite.report import save_figure, save_table, use_style
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table figure: the frame and the caption printed above it."""
+
+    frame: pd.DataFrame
+    caption: str = ""
+
+
+FIGURES: dict[str, Callable[[], Figure | Table]] = {}
+
+
+def _register(stem: str):
+    def add(draw):
+        FIGURES[stem] = draw
+        return draw
+
+    return add
+
+
+# --- 02: attention variants (data/results/attention_*) --------------------------------
+
+
+def _attention_curves(grid: str, sweep: str, dataset: str) -> list:
+    """A committed grid's full-text float32 runs on ``dataset`` that read the test split.
+    (The n-gram floors the notebook prints need the corpus, which is not committed.)"""
+    from structattn_lite.studies.attention import report as at
+
+    return [
+        r
+        for r in at.load_committed_histories(grid, sweep)
+        if r.config["read_test"]
+        and r.config["dataset"] == dataset
+        and r.config["data_fraction"] == 1.0
+        and r.config["recipe"]["precision"] == "float32"
+    ]
+
+
+@_register("02_attention_committed_learning_curves")
+def _attention_learning_curves():
+    from structattn_lite.studies.attention import figures as ap
+
+    return ap.plot_learning_curves(_attention_curves("committed", "current", "ptb"))
+
+
+@_register("02_attention_committed_digits_learning_curves")
+def _attention_digits_curves():
+    from structattn_lite.studies.attention import figures as ap
+
+    return ap.plot_learning_curves(
+        _attention_curves("committed", "current", "digits"), metric="val_loss"
+    )
+
+
+@_register("02_attention_long_learning_curves")
+def _attention_long_curves():
+    from structattn_lite.studies.attention import figures as ap
+
+    return ap.plot_learning_curves(_attention_curves("long", "current", "ptb"))
+
+
+@_register("02_attention_long_learning_curves_first_sweep")
+def _attention_long_first_curves():
+    from structattn_lite.studies.attention import figures as ap
+
+    return ap.plot_learning_curves(_attention_curves("long", "first", "ptb"))
+
+
+@_register("02_attention_committed_fraction_sweep")
+def _attention_fraction_sweep():
+    from structattn_lite.studies.attention import figures as ap
+    from structattn_lite.studies.attention import report as at
+
+    return ap.plot_fraction_sweep(at.load_summary(), rates="rates: as tuned on the full text")
+
+
+@_register("02_attention_committed_fraction_sweep_best_rates")
+def _attention_fraction_sweep_best():
+    from structattn_lite.studies.attention import figures as ap
+    from structattn_lite.studies.attention import report as at
+    from structattn_lite.studies.attention import tuning_report as tr
+
+    low = tr.best_known(tr.load_first_sweep(), at.load_summary(), parts=("main", "low data"))
+    return ap.plot_fraction_sweep(low, rates="rates: each best on validation, per fraction")
+
+
+# --- 03: grokking (data/results/csp_grokking_gap, csp_paper_era_parity) ---------------
+
+
+def _grokking(task: str, grid: str, title: str):
+    from structattn_lite.studies.grokking import experiment as grokking
+    from structattn_lite.studies.grokking import report
+
+    return report.grokking_figure(grokking.committed_records(grid), task, title=title)
+
+
+for _task in ("parity", "mod3", "dyck1"):
+    _register(f"03_csp_grokking_{_task}_gap")(
+        lambda task=_task: _grokking(task, "gap", f"{task}, paper sizes (grid 'gap')")
+    )
+_register("03_csp_grokking_parity_paper_era")(
+    lambda: _grokking(
+        "parity", "paper_era", "parity, paper-era model (befce39), paper-text protocol"
+    )
+)
+
+
+# --- 04: ablations (data/results/csp_ablations_paper_*) -------------------------------
+
+
+@_register("04_ablations_table3_paper_text")
+def _table3():
+    from structattn_lite.studies.ablations import experiment as ab
+    from structattn_lite.studies.ablations import report as ct
+
+    paper_text = ct.load_results((ab.COMMITTED_CSV["paper_text"],))
+    caption = "Table 3, paper size. " + ct.grid_caption(paper_text)
+    return Table(ct.display_table(ct.table3(paper_text)), caption)
+
+
+@_register("04_ablations_table4_paper_size")
+def _table4():
+    from structattn_lite.studies.ablations import report as ct
+
+    results = ct.load_results()
+    caption = "Table 4, paper size. " + ct.grid_caption(results)
+    return Table(ct.display_table(ct.table4(results[results["loss"] == "focal"])), caption)
+
+
+@_register("04_ablations_claims_paper_size")
+def _ablation_claims():
+    from structattn_lite.studies.ablations import report as ct
+
+    results = ct.load_results()
+    pairs = ct.claims_table(results).round(3).set_index(["preset", "claim", "task"])
+    return Table(pairs, ct.grid_caption(results))
+
+
+# --- 05: length generalization (data/results/length_*) --------------------------------
+
+
+def _length_curves(grid: str = "committed") -> pd.DataFrame:
+    from structattn_lite.studies.length import report as lt
+
+    return lt.load_curves(grid)
+
+
+def _length_figure(metric: str):
+    from structattn_lite.studies.length import report as lt
+
+    return lt.plot_curves(_length_curves(), metric)
+
+
+for _metric in ("seq_acc", "unseen_acc"):
+    _register(f"05_length_{_metric}_vs_length")(lambda metric=_metric: _length_figure(metric))
+
+
+@_register("05_length_table_all_acc_fixed")
+def _length_table_all():
+    from structattn_lite.studies.length import report as lt
+
+    curves = _length_curves()
+    caption = "all-positions accuracy, trained at T=16. " + lt.length_caption(curves)
+    return Table(lt.length_table(curves, "all_acc", protocol="fixed"), caption)
+
+
+@_register("05_length_table_seq_acc")
+def _length_table_seq():
+    from structattn_lite.studies.length import report as lt
+
+    curves = _length_curves()
+    caption = "whole-string accuracy at L. " + lt.length_caption(curves)
+    return Table(lt.length_table(curves, "seq_acc"), caption)
+
+
+def authors_curves() -> pd.DataFrame:
+    """The authors' grid's curves: the full grid if committed, else its short version."""
+    curves = _length_curves("authors")
+    return curves if not curves.empty else _length_curves("authors_short")
+
+
+@_register("05_length_authors_table")
+def _length_authors():
+    from structattn_lite.studies.length import authors as la
+
+    return la.authors_figure(authors_curves())
+
+
+# --- drawing and writing --------------------------------------------------------------
+
+
+def draw(name: str) -> Figure | Table:
+    """The figure or table ``name`` (a stem of ``FIGURES``), drawn from data/results."""
+    if name not in FIGURES:
+        raise ValueError(f"no committed figure {name!r}; the registry has {sorted(FIGURES)}")
+    return FIGURES[name]()
+
+
+def save(name: str, out: Path | None = None) -> Figure | Table:
+    """Draw ``name`` and write its files into ``out`` (default ``figures/``); returns the
+    drawing, for a notebook to show."""
+    return _write(name, out)[0]
+
+
+def _write(name: str, out: Path | None) -> tuple[Figure | Table, list[Path]]:
+    # matplotlib's defaults and the study's style only, whatever a matplotlibrc, a notebook
+    # or an earlier figure set: the same records give the same bytes on every machine
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        use_style()
+        drawn = draw(name)
+        notebook, rest = name.split("_", 1)  # save_figure writes "<notebook>_<name>"
+        if isinstance(drawn, Table):
+            paths = save_table(drawn.frame, notebook, rest, drawn.caption, COMMITTED, out=out)
+        else:
+            paths = save_figure(drawn, notebook, rest, profile=COMMITTED, out=out)
+    return drawn, paths
+
+
+def write_all(out: Path | None = None) -> list[Path]:
+    """Redraw every registered figure into ``out`` (default ``figures/``); returns the
+    paths written."""
+    paths = []
+    for name in FIGURES:
+        drawn, written = _write(name, out)
+        if isinstance(drawn, Figure):
+            plt.close(drawn)  # pyplot would keep every figure open
+        paths += written
+    return paths
+
+
+def stray(folder: Path, written: list[Path]) -> list[Path]:
+    """The files in ``folder`` that neither ``written`` (``write_all``'s paths) nor the
+    findings figures (``findings.write_figures``) account for."""
+    from structattn_lite.findings import FIGURES as FINDINGS
+
+    drawn = {p.name for p in written} | {f"{name}.png" for name in FINDINGS} | {".gitkeep"}
+    return sorted(p for p in folder.iterdir() if p.name not in drawn)
