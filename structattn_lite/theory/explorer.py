@@ -17,6 +17,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from structattn_lite.report import figure_size
 from structattn_lite.theory import (
     SUPPORT_RULES,
     TUCertificate,
@@ -37,9 +38,9 @@ from structattn_lite.theory import (
 def _heatmap(ax: Axes, X: np.ndarray, title: str, xlabel: str = "", ylabel: str = "") -> None:
     vmax = float(np.abs(X).max()) or 1.0  # symmetric scale: the sign is the point
     im = ax.imshow(X, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel, fontsize=9)
-    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
@@ -48,18 +49,18 @@ def _heatmap(ax: Axes, X: np.ndarray, title: str, xlabel: str = "", ylabel: str 
 def plot_rank_one(A: np.ndarray, weights: np.ndarray, eps: float, n_terms: int = 3) -> Figure:
     """A, its first rank-one terms w_e a_e a_e^T, and their sum M = ... + eps I."""
     terms = rank_one_terms(A, weights)[:n_terms]
-    fig = Figure(figsize=(3.0 * (n_terms + 2), 3.0), layout="constrained")
+    fig = Figure(figsize=figure_size(2, height=1.9), layout="constrained")
     axes = fig.subplots(1, n_terms + 2)
     _heatmap(axes[0], A, f"A ({A.shape[0]} x {A.shape[1]})", "edge e", "node")
     for ax, (e, (w_e, P)) in zip(axes[1:], enumerate(terms), strict=False):
         _heatmap(ax, w_e * P, f"term {e}: w={w_e:.2f}")
-    _heatmap(axes[-1], metric_matrix(A, weights, eps), f"M = sum of {A.shape[1]} terms + eps I")
+    _heatmap(axes[-1], metric_matrix(A, weights, eps), f"M = sum of {A.shape[1]}\nterms + eps I")
     return fig
 
 
 def plot_spectra(supports: Mapping[str, np.ndarray], eps: float, seed: int = 0) -> Figure:
     """Eigenvalues of M for several supports (log scale: the eps floor is visible)."""
-    fig = Figure(figsize=(6.0, 3.6), layout="constrained")
+    fig = Figure(figsize=figure_size(1, height=2.6), layout="constrained")
     ax = fig.subplots()
     for name, A in supports.items():
         lam = metric_spectrum(A, random_weights(A.shape[1], seed), eps)
@@ -68,7 +69,7 @@ def plot_spectra(supports: Mapping[str, np.ndarray], eps: float, seed: int = 0) 
     ax.set_yscale("log")
     ax.set_xlabel("eigenvalue index (ascending)")
     ax.set_ylabel("eigenvalue of M")
-    ax.legend(fontsize=8)
+    ax.legend()
     return fig
 
 
@@ -76,14 +77,14 @@ def plot_condition_vs_eps(
     supports: Mapping[str, np.ndarray], eps_grid: np.ndarray, seed: int = 0
 ) -> Figure:
     """cond(M) against eps: the all-ones direction pins lambda_min to eps."""
-    fig = Figure(figsize=(6.0, 3.6), layout="constrained")
+    fig = Figure(figsize=figure_size(1, height=2.6), layout="constrained")
     ax = fig.subplots()
     for name, A in supports.items():
         w = random_weights(A.shape[1], seed)
         ax.loglog(eps_grid, [condition_number(A, w, e) for e in eps_grid], "o-", ms=3, label=name)
     ax.set_xlabel("eps")
     ax.set_ylabel("condition number of M")
-    ax.legend(fontsize=8)
+    ax.legend()
     return fig
 
 
@@ -91,7 +92,7 @@ def plot_logits(z_q, z_k, A, w, eps: float, tau: float) -> Figure:
     """Reference and folded logits of the first sequence, and their difference."""
     ref = pairwise_logits_reference(z_q, z_k, A, w, eps, tau)[0]
     fold = folded_logits(z_q, z_k, A, w, eps, tau)[0]
-    fig = Figure(figsize=(11.0, 3.2), layout="constrained")
+    fig = Figure(figsize=figure_size(2, height=2.4), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, X, title in zip(
         axes,
@@ -100,7 +101,7 @@ def plot_logits(z_q, z_k, A, w, eps: float, tau: float) -> Figure:
         strict=True,
     ):
         im = ax.imshow(X.detach().cpu().numpy(), cmap="viridis")
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
         ax.set_xlabel("key j")
         ax.set_ylabel("query i")
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
@@ -129,22 +130,22 @@ def explore_support(
     edges = support_edges(rule, n_nodes, m, seed)
     A = support_matrix(rule, n_nodes, m, seed)
     w = random_weights(m, seed)
-    fig = Figure(figsize=(13.0, 3.2), layout="constrained")
-    axes = fig.subplots(1, 4)
+    fig = Figure(figsize=figure_size(2, height=5.6), layout="constrained")
+    axes = fig.subplots(2, 2).ravel()
     G = nx.Graph()
     G.add_nodes_from(range(n_nodes))
     G.add_edges_from(edges)
     pos = nx.circular_layout(G)  # numpy only; rings and paths read naturally
-    nx.draw_networkx(G, pos, ax=axes[0], node_size=220, font_size=8, width=1 + w / w.max())
-    axes[0].set_title(support_title(rule, n_nodes, edges, seed), fontsize=10)
+    nx.draw_networkx(G, pos, ax=axes[0], node_size=160, font_size=7, width=1 + w / w.max())
+    axes[0].set_title(support_title(rule, n_nodes, edges, seed), fontsize=7)  # within 7 in
     axes[0].set_axis_off()
     _heatmap(axes[1], A, "A (incidence)", "edge e", "node")
     _heatmap(axes[2], metric_matrix(A, w, eps), "M = A diag(w) A^T + eps I")
     lam = metric_spectrum(A, w, eps)
     axes[3].semilogy(lam, "o-", ms=4)
     axes[3].axhline(eps, color="k", ls="--", lw=1)
-    axes[3].set_xlabel("eigenvalue index", fontsize=9)
-    axes[3].set_title(f"spectrum, cond = {lam[-1] / lam[0]:.3g}", fontsize=10)
+    axes[3].set_xlabel("eigenvalue index")
+    axes[3].set_title(f"spectrum, cond = {lam[-1] / lam[0]:.3g}")
     return fig, tu_certificate(A)
 
 
