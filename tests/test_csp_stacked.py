@@ -15,12 +15,8 @@ from structattn_lite.models.csp_stacked import StackedCSP, _pairs, stack_csps, u
 from structattn_lite.models.csp_stacked_core import _softplus
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss
-from structattn_lite.training.seed_batching import (
-    StackedAdam,
-    per_seed_grad_norm,
-    per_seed_loss,
-    run_csp_stacked,
-)
+from structattn_lite.training.seed_batching import run_csp_stacked
+from structattn_lite.training.stacked_trainer import StackedAdam, per_seed_grad_norm, per_seed_loss
 from structattn_lite.training.state_tracking import CSPRun, run_csp
 from structattn_lite.training.trainer import OptimConfig
 

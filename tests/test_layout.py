@@ -76,3 +76,14 @@ def test_each_notebook_imports_only_its_own_study():
 def test_the_checker_sees_a_circle():
     graph = nx.DiGraph([("a", "b"), ("b", "a")])
     assert list(nx.simple_cycles(graph))
+
+
+def test_the_briefs_public_names_are_there():
+    from structattn_lite import attention, data, models, tasks, theory
+    from structattn_lite.data.splits import make_dataset
+    from structattn_lite.models.attention import build_attention
+
+    assert attention.build_attention is build_attention and tasks.make_dataset is make_dataset
+    assert callable(models.build_model) and callable(data.char_ptb)
+    for name in ("incidence_matrix", "metric_matrix", "is_totally_unimodular", "tu_violation"):
+        assert callable(getattr(theory, name)), name

@@ -4,13 +4,10 @@
 from the argument, then ``STRUCTATTN_DATA``, then ``data/``.
 """
 
-from structattn_lite.data.images import Patchify, cifar10_available, cifar10_patches
+from structattn_lite.data.images import cifar10_available
 from structattn_lite.data.text import (
     FALLBACK_LABEL,
-    CharCorpus,
-    build_vocab,
     char_ptb,
-    encode,
     fallback_corpus,
     fetch,
     load_corpus,
@@ -18,14 +15,9 @@ from structattn_lite.data.text import (
 )
 
 __all__ = [
-    "CharCorpus",
     "FALLBACK_LABEL",
-    "Patchify",
-    "build_vocab",
     "char_ptb",
     "cifar10_available",
-    "cifar10_patches",
-    "encode",
     "fallback_corpus",
     "fetch",
     "load_corpus",

@@ -9,11 +9,10 @@ from __future__ import annotations
 from torch import nn
 
 from structattn_lite.config import check_choice
-from structattn_lite.models.baselines import BASELINES, DEFAULTS, build_baseline
+from structattn_lite.models.baselines import BASELINES, build_baseline
 from structattn_lite.models.csp import CSP, CSP_PRESETS, CSPConfig, csp_config
 from structattn_lite.models.csp_authors import (
     AUTHORS_PRESETS,
-    REVISIONS,
     AuthorsCSP,
     AuthorsCSPConfig,
     authors_config,
@@ -69,11 +68,9 @@ __all__ = [
     "CSP",
     "CSPConfig",
     "CSP_PRESETS",
-    "DEFAULTS",
     "MODELS",
     "PRESETS",
     "PRESET_ALIASES",
-    "REVISIONS",
     "build_model",
     "count_parameters",
     "csp_config",

@@ -18,12 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from structattn_lite.training.stacked_trainer import (  # noqa: F401  (the public names)
-    StackedAdam,
-    StackedTrainer,
-    per_seed_grad_norm,
-    per_seed_loss,
-)
+from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
 
 # --- stacked CSP runs ------------------------------------------------------------------
 
