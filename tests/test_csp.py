@@ -80,6 +80,35 @@ def test_invalid_model_options_are_rejected(options, match):
         build_model("csp", **options)
 
 
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"preset": "arxiv"}, r"preset='arxiv' is not allowed"),
+        ({"model_options": {"n_layer": 2}}, r"CSP option='n_layer'"),
+        ({"model_options": {"silu": "step", "scan": "parallel"}}, r"silu='step' makes"),
+        ({"preset": "upstream", "model_options": {"embed_dim": 0}}, r"embed_dim must be >= 1"),
+        ({"preset": "upstream", "model_options": {"bogus": 1}}, r"CSP option='bogus'"),
+        ({"model": "gru"}, r"preset='paper' only applies to model 'csp'"),
+        ({"model": "gru", "preset": None, "model_options": {"hidden": 3}}, r"'hidden' is not"),
+        ({"model": "transformer", "preset": None, "model_options": {"d_model": 10}},
+         r"d_model=10 must be divisible by n_heads=4"),
+    ],
+)  # fmt: skip
+def test_a_run_with_a_bad_model_fails_when_made_without_building_a_model(
+    changes, match, monkeypatch
+):
+    import structattn_lite.models as models
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("CSPRun built a model to check itself")
+
+    for name in ("CSP", "AuthorsCSP", "baseline_model"):
+        monkeypatch.setattr(models, name, no_model)
+    with pytest.raises(ValueError, match=match):
+        CSPRun(**changes)
+    CSPRun(model="gru", preset=None, model_options={"d_model": 8})  # a good one passes
+
+
 def test_unknown_model_and_preset_names():
     with pytest.raises(ValueError, match=r"model='mamba'.*'csp'"):
         build_model("mamba")

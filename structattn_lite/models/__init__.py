@@ -9,7 +9,12 @@ from __future__ import annotations
 from torch import nn
 
 from structattn_lite.config import check_choice
-from structattn_lite.models.baselines import BASELINES, build_baseline
+from structattn_lite.models.baselines import (
+    BASELINES,
+    BaselineConfig,
+    baseline_config,
+    baseline_model,
+)
 from structattn_lite.models.csp import CSP, CSP_PRESETS, CSPConfig, csp_config
 from structattn_lite.models.csp_authors import (
     AUTHORS_PRESETS,
@@ -37,6 +42,20 @@ def preset_config(preset: str = "paper", **overrides) -> CSPConfig | AuthorsCSPC
     return csp_config(preset, **overrides)
 
 
+def model_config(name: str, preset: str | None = None, **options):
+    """The checked config ``build_model(name, preset, **options)`` builds its model from
+    (errors list what is allowed), with no model built."""
+    check_choice("model", name, MODELS)
+    if name == "csp":
+        return preset_config(preset or "paper", **options)
+    if preset is not None:
+        raise ValueError(
+            f"preset={preset!r} only applies to model 'csp'; baseline {name!r} takes "
+            "options such as d_model and n_layers instead (pass preset=None)"
+        )
+    return baseline_config(name, **options)
+
+
 def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
     """``build_model("csp", preset=one of PRESETS, **overrides)``, or a baseline.
 
@@ -44,16 +63,10 @@ def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
     ``complex_rnn``) take ``vocab_size``, ``n_classes``, ``d_model``, ``n_layers`` (and
     ``n_heads``, ``scan``) and have no presets.
     """
-    check_choice("model", name, MODELS)
-    if name == "csp":
-        cfg = preset_config(preset or "paper", **options)
-        return AuthorsCSP(cfg) if isinstance(cfg, AuthorsCSPConfig) else CSP(cfg)
-    if preset is not None:
-        raise ValueError(
-            f"preset={preset!r} only applies to model 'csp'; baseline {name!r} takes "
-            "options such as d_model and n_layers instead (pass preset=None)"
-        )
-    return build_baseline(name, **options)
+    cfg = model_config(name, preset, **options)
+    if isinstance(cfg, BaselineConfig):
+        return baseline_model(cfg)
+    return AuthorsCSP(cfg) if isinstance(cfg, AuthorsCSPConfig) else CSP(cfg)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -74,5 +87,6 @@ __all__ = [
     "build_model",
     "count_parameters",
     "csp_config",
+    "model_config",
     "preset_config",
 ]

@@ -157,15 +157,21 @@ class LinearRNN(nn.Module):
         return self.head(F.silu(self.norm(x)))
 
 
-def build_baseline(kind: str, **options) -> nn.Module:
-    """A baseline by name; unspecified sizes come from ``DEFAULTS`` (near CSP's size)."""
+def baseline_config(kind: str, **options) -> BaselineConfig:
+    """A baseline's config by name; unspecified sizes come from ``DEFAULTS`` (near CSP's size)."""
     check_choice("model", kind, BASELINES)
     fields = set(BaselineConfig.__dataclass_fields__) - {"kind"}
     for name in options:
         check_choice(f"option for model {kind!r}", name, sorted(fields))
-    cfg = BaselineConfig(kind=kind, **{**DEFAULTS[kind], **options})
-    if kind in ("lstm", "gru"):
+    return BaselineConfig(kind=kind, **{**DEFAULTS[kind], **options})
+
+
+def baseline_model(cfg: BaselineConfig) -> nn.Module:
+    if cfg.kind in ("lstm", "gru"):
         return TorchRNN(cfg)
-    if kind == "transformer":
-        return CausalTransformer(cfg)
-    return LinearRNN(cfg)
+    return CausalTransformer(cfg) if cfg.kind == "transformer" else LinearRNN(cfg)
+
+
+def build_baseline(kind: str, **options) -> nn.Module:
+    """A baseline by name; unspecified sizes come from ``DEFAULTS`` (near CSP's size)."""
+    return baseline_model(baseline_config(kind, **options))

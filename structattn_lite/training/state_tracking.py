@@ -15,7 +15,7 @@ import torch
 from structattn_lite.config import check_choice, check_int
 from structattn_lite.data.splits import StateTrackingData, make_dataset
 from structattn_lite.data.tasks import LABELS, TASKS, make_task
-from structattn_lite.models import MODELS, build_model, count_parameters
+from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
 from structattn_lite.training.losses import LOSSES, get_loss
 from structattn_lite.training.metrics import predict, scores
@@ -63,8 +63,9 @@ class CSPRun:
         if not isinstance(self.optim, OptimConfig):
             raise ValueError(f"optim must be an OptimConfig, got {self.optim!r}")
         task = make_task(self.task, **self.task_options)  # unknown or out-of-range options
-        with torch.device("meta"):  # unknown preset or model option, without allocating
-            build_csp_model(self, task.n_classes, task.vocab_size)
+        # unknown preset, model option or value: the model's config checks them, unbuilt
+        options = {"vocab_size": task.vocab_size, **self.model_options}
+        model_config(self.model, self.preset, n_classes=task.n_classes, **options)
 
 
 def paper_setting_run(task: str, preset: str, seed: int, n: int | None = None, **changes) -> CSPRun:
