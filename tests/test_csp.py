@@ -102,7 +102,7 @@ def test_a_run_with_a_bad_model_fails_when_made_without_building_a_model(
     def no_model(*args, **kwargs):
         raise AssertionError("CSPRun built a model to check itself")
 
-    for name in ("CSP", "AuthorsCSP", "baseline_model"):
+    for name in ("CSP", "AuthorsCSP", "build_baseline"):
         monkeypatch.setattr(models, name, no_model)
     with pytest.raises(ValueError, match=match):
         CSPRun(**changes)

@@ -9,12 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 from structattn_lite.config import check_choice
-from structattn_lite.models.baselines import (
-    BASELINES,
-    BaselineConfig,
-    baseline_config,
-    baseline_model,
-)
+from structattn_lite.models.baselines import BASELINES, baseline_config, build_baseline
 from structattn_lite.models.csp import CSP, CSP_PRESETS, CSPConfig, csp_config
 from structattn_lite.models.csp_authors import (
     AUTHORS_PRESETS,
@@ -64,8 +59,8 @@ def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
     ``n_heads``, ``scan``) and have no presets.
     """
     cfg = model_config(name, preset, **options)
-    if isinstance(cfg, BaselineConfig):
-        return baseline_model(cfg)
+    if name != "csp":
+        return build_baseline(name, **options)
     return AuthorsCSP(cfg) if isinstance(cfg, AuthorsCSPConfig) else CSP(cfg)
 
 

@@ -166,12 +166,9 @@ def baseline_config(kind: str, **options) -> BaselineConfig:
     return BaselineConfig(kind=kind, **{**DEFAULTS[kind], **options})
 
 
-def baseline_model(cfg: BaselineConfig) -> nn.Module:
-    if cfg.kind in ("lstm", "gru"):
-        return TorchRNN(cfg)
-    return CausalTransformer(cfg) if cfg.kind == "transformer" else LinearRNN(cfg)
-
-
 def build_baseline(kind: str, **options) -> nn.Module:
     """A baseline by name; unspecified sizes come from ``DEFAULTS`` (near CSP's size)."""
-    return baseline_model(baseline_config(kind, **options))
+    cfg = baseline_config(kind, **options)
+    if kind in ("lstm", "gru"):
+        return TorchRNN(cfg)
+    return CausalTransformer(cfg) if kind == "transformer" else LinearRNN(cfg)
