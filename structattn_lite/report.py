@@ -350,12 +350,15 @@ def browser(
     ``sources`` maps a source name (this profile's runs, a committed grid) to its data;
     ``choices(data)`` gives, for that data, each dropdown's name and its values;
     ``show(data, **picked)`` draws the view for the picked values. ``extra`` adds
-    dropdowns that do not depend on the source (e.g. a metric). Every dropdown lists
-    its values in the same sorted order and is wide enough for its labels.
+    dropdowns that do not depend on the source (e.g. a metric), in the caller's order,
+    opening on the first. The others list their values sorted. Each dropdown is wide
+    enough for its labels.
     """
 
-    def dropdown(name, values):
-        values = sorted(dict.fromkeys(values), key=lambda v: (str(type(v)), v))
+    def dropdown(name, values, keep_order=False):
+        values = list(dict.fromkeys(values))
+        if not keep_order:
+            values = sorted(values, key=lambda v: (str(type(v)), v))
         width = f"{max([len(name), *(len(str(v)) for v in values)]) + 12}ch"
         return widgets.Dropdown(
             options=values,
@@ -374,7 +377,9 @@ def browser(
     )
     first = choices(sources[source.value])
     pickers = {name: dropdown(name, values) for name, values in first.items()}
-    fixed = {name: dropdown(name, values) for name, values in (extra or {}).items()}
+    fixed = {
+        name: dropdown(name, values, keep_order=True) for name, values in (extra or {}).items()
+    }
     out = widgets.Output()
 
     def redraw(*_):

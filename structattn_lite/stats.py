@@ -97,6 +97,8 @@ def welch_difference(a: tuple, b: tuple, level: float = LEVEL) -> tuple[float, f
 def summary(values: Sequence[float]) -> tuple[float, float, int]:
     """(mean, sd, n) of the finite values, the form ``welch_difference`` takes."""
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, 0
     return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x)
 
 

@@ -228,3 +228,12 @@ def test_authors_mod3_is_built_with_their_vocabulary_of_three():
     assert make_task("mod3_authors").vocab_size == 2  # the tokens themselves are 0 and 1
     with pytest.raises(ValueError, match="vocab_size"):
         make_task("mod3_authors", vocab_size=4)
+
+
+def test_length_browser_opens_on_the_metric_it_is_given():
+    from structattn_lite.dashboard import controls
+
+    app = lt.length_browser({"committed grid": lt.load_curves()}, metric="seq_acc")
+    assert controls(app)["metric"][1] == "seq_acc"
+    app = lt.length_browser({"committed grid": lt.load_curves()}, metric="all_acc")
+    assert controls(app)["metric"][1] == "all_acc"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import sigmoid_focal_loss
 
 from structattn_lite.config import check_choice, check_number
 
@@ -75,6 +74,8 @@ def focal_loss(
         raise ValueError(f"alpha must lie in [0, 1] with alpha_mode='class', got {alpha}")
     # softmax over two classes is sigmoid(z1 - z0): the sigmoid focal loss of the margin
     margin = flat_logits[:, 1] - flat_logits[:, 0]
+    from torchvision.ops import sigmoid_focal_loss  # imported here: it costs ~2 s at start-up
+
     per_position = sigmoid_focal_loss(
         margin, (flat_target == 1).to(margin.dtype), alpha=alpha, gamma=gamma, reduction="none"
     )

@@ -254,7 +254,8 @@ def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
         key = (task, protocol, model)
         display(table.loc[[key]] if key in table.index else "no table row")
 
-    return browser(sources, choices, show, extra={"metric": list(METRICS)})
+    metrics = [metric, *(m for m in METRICS if m != metric)]  # opens on ``metric``
+    return browser(sources, choices, show, extra={"metric": metrics})
 
 
 def load_curves(grid: str = "committed") -> pd.DataFrame:
