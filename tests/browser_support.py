@@ -101,12 +101,17 @@ def server(cmd: list[str], ready_url: str, env: dict, log: Path, timeout: float 
                 time.sleep(0.5)
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen, grace: float = 20) -> None:
+    """Terminate ``proc``; kill it if it is still there after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def study_env(tmp: Path) -> dict:

@@ -176,9 +176,4 @@ def test_app_asks_for_a_token_and_opens_on_the_landing_page(tmp_path):
             assert status in (301, 302) and where.startswith(f"/voila/render/{LANDING}")
             assert f"token={token}" in where
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            bs.stop(proc)

@@ -9,12 +9,12 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 import torch
+from toy_study import Toy, ToyStudy
 
 from structattn_lite import cli, locking, records
 from structattn_lite.data import text
@@ -178,25 +178,6 @@ def test_a_checkpoint_that_cannot_be_written_names_its_path(tmp_path, monkeypatc
 
 
 # --- records -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Toy:
-    seed: int = 0
-    lr: float = 0.1
-
-
-class ToyStudy:
-    EXPERIMENT = "toy"
-    Config = Toy
-
-    def __init__(self):
-        self.calls = []
-
-    def run(self, cfg, progress=False, callbacks=(), device="cpu"):
-        self.calls.append((cfg, progress))
-        history = pd.DataFrame({"epoch": [1, 2], "test_acc": [0.5, cfg.lr]})
-        return RunRecord("toy", config_hash("toy", cfg), config_dict(cfg), history)
 
 
 def edit_record(path, **changes):
@@ -463,4 +444,4 @@ def test_a_local_sweep_shows_each_runs_own_progress(tmp_path):
     study = ToyStudy()
     sweep(study, [Toy()], store=RunStore(tmp_path), progress=True)
     sweep(study, [Toy(lr=0.3)], store=RunStore(tmp_path), progress=False)
-    assert [progress for _, progress in study.calls] == [True, False]
+    assert study.progress == [True, False]

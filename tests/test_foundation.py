@@ -2,7 +2,6 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -10,38 +9,17 @@ import pytest
 import tomllib
 import torch
 import yaml
+from toy_study import Toy, ToyStudy
 
 from structattn_lite import __version__
 from structattn_lite.cli import main
 from structattn_lite.config import pick
-from structattn_lite.records import CorruptRecordWarning, RunRecord, RunStore, config_hash
+from structattn_lite.records import CorruptRecordWarning, RunStore, config_hash
 from structattn_lite.runs import sweep
 from structattn_lite.studies.grokking import experiment as grokking
 from structattn_lite.training.metrics import f1_score, grokking_gap
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Toy:
-    seed: int = 0
-    lr: float = 0.1
-
-
-class ToyStudy:
-    """The smallest object that meets the study contract ``sweep`` relies on."""
-
-    EXPERIMENT = "toy"
-
-    def __init__(self, fail_on=()):
-        self.calls, self.fail_on = [], set(fail_on)
-
-    def run(self, cfg, progress=False, callbacks=(), device="cpu"):
-        self.calls.append(cfg)
-        if cfg.lr in self.fail_on:
-            raise RuntimeError(f"boom at lr={cfg.lr}")
-        history = pd.DataFrame({"epoch": [1, 2], "test_acc": [0.5, cfg.lr]})
-        return RunRecord("toy", config_hash("toy", cfg), {"seed": cfg.seed, "lr": cfg.lr}, history)
 
 
 def test_sweep_reuses_finished_runs(tmp_path, capsys):
