@@ -146,8 +146,9 @@ def render(table: pd.DataFrame | None = None) -> str:
         " ".join(sentences(table)),
         figures_markdown(),
         "The rules, fixed before the runs were read (`structattn_lite/stats.py`), with "
-        f"margins ±{stats.ACCURACY_MARGIN} on accuracy and F1 and ±{stats.LENGTH_MARGIN} "
-        "far past the training length:\n\n" + rules,
+        f"margins ±{stats.ACCURACY_MARGIN} on accuracy and F1, ±{stats.LENGTH_MARGIN} far past "
+        f"the training length and ±{stats.BPC_MARGIN} bits per character, and at least "
+        f"{stats.MIN_SEEDS} seeds:\n\n" + rules,
         claims.markdown(table),
         "Every row's protocol, grid, notebook section and command are in "
         "`data/results/claims.csv`.",
