@@ -239,6 +239,7 @@ def test_tables_and_verdict_from_records():
     assert list(table["variant"])[:2] == ["dense", "matroidal m=2d"]
     assert table["test bpc"].iloc[:2].str.contains(r"± .* \(n=2, 95% t\)").all()
     assert table["test bpc"].iloc[-1] == "3.400" and "bigram floor" in table["variant"].iloc[-1]
+    assert not table.isna().any().any()  # a floor's other cells are blank, not NaN
     assert fraction_table(summary, floors).shape == (3, 3)
     verdict = low_data_verdict(summary)
     assert verdict.startswith("Low-data hypothesis (test bpc; 95% Welch t intervals")

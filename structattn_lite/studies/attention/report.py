@@ -292,8 +292,8 @@ def measurement_table(summary: pd.DataFrame, which: str = "main", floors=None) -
         })  # fmt: skip
         out.append(row)
     table = pd.DataFrame(out)
-    if not image:
-        table = pd.concat([table, floor_rows(floors)], ignore_index=True)
+    if not image:  # a floor has a bpc and nothing else: blank, not NaN, in its other cells
+        table = pd.concat([table, floor_rows(floors)], ignore_index=True).fillna("")
     return table
 
 
