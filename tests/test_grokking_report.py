@@ -70,3 +70,12 @@ def test_gap_grid_is_the_papers_sizes_with_a_validation_stop():
     assert len(spec["seeds"]) >= 5 and {r.epochs for r in runs} == {300}
     assert {(r.task, r.n) for r in runs} == {("parity", 5000), ("mod3", 5000), ("dyck1", 10000)}
     assert all(r.val_fraction > 0 and r.hold_perfect == 10 for r in runs)
+
+
+def test_gap_seeds_grid_is_the_gap_grid_with_more_seeds():
+    import dataclasses
+
+    gap = {c.seed: c for c in grid("gap") if c.task == "mod3" and c.preset == "authors_3bb9f71"}
+    more = grid("gap_seeds")
+    assert {c.seed for c in more}.isdisjoint(gap) and len(more) + len(gap) == 25
+    assert all(dataclasses.replace(c, seed=0) == gap[0] for c in more)

@@ -176,7 +176,7 @@ MODEL_WORDS = {"paper": "the text's model", "authors_3bb9f71": "the authors' CSP
 def grokking() -> list[dict]:
     from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
 
-    records = committed_records("gap")
+    records = committed_records("gap") + committed_records("gap_seeds")  # 5 + 20 seeds
     per_seed = pd.DataFrame(
         [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
           **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
