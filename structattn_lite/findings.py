@@ -16,7 +16,7 @@ import pandas as pd
 
 from structattn_lite import claims, stats
 from structattn_lite.config import figures_dir, repo_root
-from structattn_lite.report import MODEL_STYLE, figure_size, save_figure
+from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 
@@ -28,8 +28,6 @@ GROUPS = {  # who made the claims -> the ledger ids' prefixes
         "grazzi", "chomsky"),
     "the attention card's hypothesis (at the committed grid's budget)": ("attention",),
 }  # fmt: skip
-VERDICT_COLOR = {stats.REPRODUCED: "#1b7837", stats.NOT_REPRODUCED: "#b2182b",
-                 stats.UNDECIDED: "#878787"}  # fmt: skip
 FIGURES = ("findings_ledger", "findings_grokking", "findings_length")
 
 

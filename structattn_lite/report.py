@@ -153,14 +153,16 @@ def save_figure(
     return [png, stem.with_suffix(".pdf")]
 
 
+# One colour per verdict of the ledger's vocabulary (stats.VERDICTS), in every figure.
+VERDICT_COLOR = {"reproduced": "#1b7837", "not reproduced": "#b2182b", "undecided": "#878787"}
+
+
 def _verdict_color(value) -> str:
     text = str(value)
-    if text.startswith("reproduced") or text == "supported":
+    if text.startswith("reproduced"):
         return "background-color: #d9f2d9"
-    if text.startswith("not reproduced") or text == "contradicted":
+    if text.startswith("not reproduced"):
         return "background-color: #f8d7da"
-    if text.startswith("not supported"):
-        return "background-color: #fff3cd"
     return ""
 
 

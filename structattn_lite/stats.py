@@ -115,11 +115,6 @@ def interaction(a1, b1, a2, b2, level: float = LEVEL) -> tuple[float, float, flo
     return diff, diff - half, diff + half
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL):
-    """mean(a - b) over pairs (same seed) and its t interval: (mean, low, high, n)."""
-    return mean_interval([x - y for x, y in zip(a, b, strict=True)], level)
-
-
 def share_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     """Clopper-Pearson interval of a share k / n."""
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")

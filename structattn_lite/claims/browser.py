@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from structattn_lite.report import figure_size
+from structattn_lite.report import VERDICT_COLOR, figure_size
 
 GROUPS = {
     "table3": "CSP paper, Table 3", "table4": "CSP paper, Table 4",
@@ -17,7 +17,6 @@ GROUPS = {
     "authors": "the authors' README", "grazzi": "Grazzi et al.", "chomsky": "Chomsky hierarchy",
     "attention": "the attention card",
 }  # fmt: skip
-VERDICT_COLOR = {"reproduced": "#1b7837", "not reproduced": "#b2182b", "undecided": "#878787"}
 
 
 def _number(x, digits: int = 3) -> str:
