@@ -3,13 +3,15 @@ the edge check past the sweep, and whether a sweep's choice holds at the full bu
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 from test_attention_study import TINY, _garbage_test_split
 
 from structattn_lite.config import PROFILES
 from structattn_lite.data import fallback_corpus
-from structattn_lite.records import RunStore
+from structattn_lite.records import RunRecord, RunStore, config_dict
 from structattn_lite.studies.attention import experiment as st
 from structattn_lite.studies.attention import grids
 from structattn_lite.studies.attention import tuning_report as tr
@@ -243,3 +245,66 @@ def test_best_known_chooses_per_fraction_for_the_low_data_part():
     assert rates == {0.01: 4.8e-2, 1.0: 6e-3}
     assert set(best["precision"]) == {"float32"} and len(best) == 4
     assert set(tr.best_known(first, current)["part"]) == {"main"}
+
+
+def test_the_low_parameter_arm_fits_m_2d_and_tunes_at_its_own_budget():
+    assert [grids.heads_for(d) for d in (32, 64, 128)] == [4, 8, 8]
+    with pytest.raises(ValueError, match="d_model=4 has no head width"):
+        grids.heads_for(4)
+    spec = grids.GRIDS["lowparam"]
+    tuning = st.tuning_grid("lowparam")
+    final = st.final_grid("lowparam", {st.variant_key(c): 1e-3 for c in tuning})
+    for c in tuning + final:  # m = 2 d_head distinct columns fit in every head
+        assert c.d_model in (32, 64) and c.m == 2 * c.d_head if c.kind == "matroidal" else True
+        assert c.d_head * (c.d_head - 1) // 2 >= 2 * c.d_head
+    # to convergence: a constant rate after warmup and an early stop on validation, and
+    # the rates are tuned at exactly that budget (only the seed, the rate and read_test differ)
+    assert {(c.recipe.min_lr_ratio, c.recipe.patience) for c in final} == {(1.0, 4)}
+    assert {dataclasses.replace(c.recipe, lr=1.0) for c in tuning} == {
+        dataclasses.replace(c.recipe, lr=1.0) for c in final
+    }
+    assert {c.seed for c in tuning} == set(spec["tune_seeds"]) and len(spec["tune_seeds"]) >= 3
+    assert {c.seed for c in final} == set(spec["seeds"]) and len(spec["seeds"]) >= 5
+    assert not any(c.read_test for c in tuning) and all(c.read_test for c in final)
+    labels = {(c.d_model, st.variant_label(c)) for c in final}
+    assert len(labels) == 8 and (32, "matroidal m=2d (sep q/k)") in labels
+    assert [c.d_model for c in tuning] == sorted(c.d_model for c in tuning)  # smallest first
+
+
+class _Store:
+    """A run store holding made-up tuning records: best validation bpc by (key, lr)."""
+
+    def __init__(self, bpc):
+        self.bpc = bpc
+
+    def load(self, experiment, cfg):
+        best = self.bpc.get((st.variant_key(cfg), cfg.recipe.lr))
+        if best is None or cfg.read_test:
+            return None
+        return RunRecord(experiment, "k", config_dict(cfg), pd.DataFrame({"val_bpc": [best]}))
+
+
+def test_a_best_rate_at_the_edge_widens_the_sweep_until_it_is_not():
+    tuning = st.tuning_grid("lowparam")
+    keys = list(dict.fromkeys(st.variant_key(c) for c in tuning))
+    interior = {(k, lr): 2.0 + abs(lr - 6e-3) for k in keys for lr in (3e-3, 6e-3, 1.2e-2)}
+    grid = st.grid("lowparam", store=_Store(interior))
+    finals = [c for c in grid if c.read_test]
+    assert len(grid) == len(tuning) + len(finals) and {c.recipe.lr for c in finals} == {6e-3}
+    # the first variant is best at the top rate: it gets 0.024, and no finals until that
+    # rate's records are in; then 0.024 is worse and the choice (0.012) is interior
+    top = {**interior, **{(keys[0], lr): 3.0 - lr for lr in (3e-3, 6e-3, 1.2e-2)}}
+    grid = st.grid("lowparam", store=_Store(top))
+    wider = [c for c in grid if c.recipe.lr == 2.4e-2]
+    assert {st.variant_key(c) for c in wider} == {keys[0]} and len(wider) == 3
+    assert keys[0] not in {st.variant_key(c) for c in grid if c.read_test}
+    # a variant widens (and gets finals) once its own runs are in, whatever the others lack
+    partial = {k: v for k, v in top.items() if k != (keys[-1], 3e-3)}
+    grid = st.grid("lowparam", store=_Store(partial))
+    assert {st.variant_key(c) for c in grid if c.recipe.lr == 2.4e-2} == {keys[0]}
+    assert {st.variant_key(c) for c in grid if c.read_test} == set(keys[1:-1])
+    grid = st.grid("lowparam", store=_Store({**top, (keys[0], 2.4e-2): 9.0}))
+    assert {c.recipe.lr for c in grid if c.read_test and st.variant_key(c) == keys[0]} == {1.2e-2}
+    assert st.widened_rates([_Store(top).load("attention", c) for c in tuning[:3]]) == {
+        keys[0]: [3e-3, 6e-3, 1.2e-2, 2.4e-2]
+    }

@@ -283,13 +283,37 @@ def resolve_dataset(root=None) -> str:
     return "fallback"
 
 
-def tuning_grid(name: str) -> list[Config]:
-    """One seed of every variant at every rate of the grid's ``lrs`` (validation only);
-    a grid with ``rates_from`` reuses that grid's tuning runs instead."""
+def tuning_grid(name: str, records: list[RunRecord] = ()) -> list[Config]:
+    """Every variant at every rate of the grid's ``lrs`` on its tuning seeds (the first
+    seed unless the grid names ``tune_seeds``; validation only); a grid with ``rates_from``
+    reuses that grid's tuning runs instead. With ``widen_edges``, ``records`` (the tuning
+    runs so far) add the next rate out for each variant whose best is at an edge."""
     spec = GRIDS[cfgmod.check_choice("grid", name, GRIDS)]
     if "rates_from" in spec:
-        return tuning_grid(spec["rates_from"])
-    return [with_recipe(c, lr=lr) for c in _tuned_variants(name) for lr in spec["lrs"]]
+        return tuning_grid(spec["rates_from"], records)
+    wider = widened_rates(records) if spec.get("widen_edges") and records else {}
+    return [with_recipe(c, lr=lr) for c in _tuned_variants(name)
+            for lr in (*spec["lrs"], *sorted(set(wider.get(variant_key(c), ())) - set(spec["lrs"])))]  # fmt: skip
+
+
+def widened_rates(records: list[RunRecord]) -> dict[str, list[float]]:
+    """variant_key -> the rates tried plus, where the best (``choose_lrs``) is the lowest
+    or highest rate tried, the next one out (half or double), so a choice at the edge
+    of a sweep is never taken as its optimum."""
+    tried = {}
+    for r in records:
+        tried.setdefault(r.extra.get("variant_key") or variant_key(r.config), set()).add(
+            r.config["recipe"]["lr"]
+        )
+    out = {}
+    for key, best in choose_lrs(records).items():
+        rates = sorted(tried[key])
+        if best == rates[0]:
+            rates.insert(0, best / 2)
+        elif best == rates[-1]:
+            rates.append(best * 2)
+        out[key] = rates
+    return out
 
 
 def _tuned_variants(name: str) -> list[Config]:
@@ -297,13 +321,16 @@ def _tuned_variants(name: str) -> list[Config]:
     seen, out = set(), []
     for c in variant_configs(name, Config, resolve_dataset(), cifar10_available()):
         recipe = dataclasses.replace(c.recipe, precision="float32", patience=None)
-        if c.dataset not in IMAGE_DATASETS and "tune_recipe" in spec:
+        if "tune_seeds" in spec:  # tuned at the finals' own budget, early stop included
+            recipe = c.recipe
+        elif c.dataset not in IMAGE_DATASETS and "tune_recipe" in spec:
             recipe = dataclasses.replace(recipe, **spec["tune_recipe"])
-        base = replace(c, seed=spec["seeds"][0], read_test=False, data_fraction=1.0,
-                       prune_fractions=(), recipe=recipe)  # fmt: skip
-        if variant_key(base) not in seen:
-            seen.add(variant_key(base))
-            out.append(base)
+        for seed in spec.get("tune_seeds", spec["seeds"][:1]):
+            base = replace(c, seed=seed, read_test=False, data_fraction=1.0,
+                           prune_fractions=(), recipe=recipe)  # fmt: skip
+            if (variant_key(base), seed) not in seen:
+                seen.add((variant_key(base), seed))
+                out.append(base)
     return out
 
 
@@ -314,33 +341,46 @@ def edge_grid(name: str) -> list[Config]:
     return [with_recipe(c, lr=lr) for c in _tuned_variants(name) for lr in spec.get("edge_lrs", ())]
 
 
-def final_grid(name: str, lrs: dict[str, float]) -> list[Config]:
-    """Every run of the grid at its variant's tuned rate, reading the test split once."""
+def final_grid(name: str, lrs: dict[str, float], keys=None) -> list[Config]:
+    """Every run of the grid at its variant's tuned rate, reading the test split once
+    (only the variants in ``keys``, when given)."""
     return [with_recipe(replace(c, read_test=True), lr=lrs[variant_key(c)])
-            for c in variant_configs(name, Config, resolve_dataset(), cifar10_available())]  # fmt: skip
+            for c in variant_configs(name, Config, resolve_dataset(), cifar10_available())
+            if keys is None or variant_key(c) in keys]  # fmt: skip
 
 
 def grid(name: str, store=None) -> list[Config]:
-    """The tuning grid, then (once its records are cached) the final grid and the edge
-    check."""
+    """The tuning grid (widened where a best rate sits at its edge), then the final runs
+    of every variant whose tuning runs are all cached, then the edge check."""
     from structattn_lite.records import RunStore
 
     store = store or RunStore()
     tuning = tuning_grid(name)
-    cached = [store.load(EXPERIMENT, c) for c in tuning]
-    if any(r is None for r in cached):
+    while True:  # a variant widens only once all its runs so far are in
+        cached = {c: store.load(EXPERIMENT, c) for c in tuning}
+        missing = {variant_key(c) for c, r in cached.items() if r is None}
+        done = [r for c, r in cached.items() if r is not None and variant_key(c) not in missing]
+        wider = [c for c in tuning_grid(name, done) if c not in cached]
+        if not wider:
+            break
+        tuning += wider
+    if not done:
         return tuning
-    return tuning + final_grid(name, choose_lrs(cached)) + edge_grid(name)
+    lrs = choose_lrs(done)
+    return tuning + final_grid(name, lrs, keys=lrs) + ([] if missing else edge_grid(name))
 
 
 def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
-    """Tune, choose each variant's rate on validation, train the final runs, then the edge
-    check (rates past the sweep, which do not change the choice)."""
+    """Tune (widening where the grid asks), choose each variant's rate on validation,
+    train the final runs, then the edge check (rates past the sweep, which do not change
+    the choice)."""
     from structattn_lite.runs import sweep
 
-    tuned = sweep(EXPERIMENT, tuning_grid(name), progress=progress, **sweep_options)
-    finals = final_grid(name, choose_lrs(tuned)) + edge_grid(name)
-    return tuned + sweep(EXPERIMENT, finals, progress=progress, **sweep_options)
+    configs, records = [], []
+    while (more := grid(name)) != configs:
+        configs = more
+        records = sweep(EXPERIMENT, configs, progress=progress, **sweep_options)
+    return records
 
 
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
