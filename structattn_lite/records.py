@@ -259,6 +259,22 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
+def keep_committed_rows(
+    path: str | os.PathLike, frame: pd.DataFrame, run_id: list[str], order: list[tuple]
+) -> pd.DataFrame:
+    """``frame`` with the rows already in the committed file ``path`` of every run it does
+    not hold (a run is its ``run_id`` values), in grid ``order``: a run store does not
+    outlive its machine, so a grid finished (or partly retrained) over several sessions
+    keeps what earlier ones committed."""
+    if not Path(path).exists():
+        return frame
+    ids = lambda f: f[run_id].astype(str).agg("|".join, axis=1)  # noqa: E731
+    old = pd.read_csv(path)
+    frame = pd.concat([old[~ids(old).isin(set(ids(frame)))], frame], ignore_index=True)
+    rank = {"|".join(map(str, run)): i for i, run in enumerate(order)}
+    return frame.iloc[ids(frame).map(rank).fillna(len(rank)).argsort(kind="stable")]
+
+
 def export_histories(records: list[RunRecord], path: str | os.PathLike) -> Path:
     """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
 

@@ -237,3 +237,29 @@ def test_length_browser_opens_on_the_metric_it_is_given():
     assert controls(app)["metric"][1] == "seq_acc"
     app = lt.length_browser({"committed grid": lt.load_curves()}, metric="all_acc")
     assert controls(app)["metric"][1] == "all_acc"
+
+
+def test_the_committed_authors_runs_have_their_readme_parameter_counts():
+    table = pd.read_csv(results.results_dir() / results.COMMITTED_CSV["authors"])
+    counts = table.groupby("task")["n_parameters"].unique().map(list).to_dict()
+    assert counts == {"parity": [4686], "mod3_authors": [4893], "dyck1_authors": [4795]}
+    assert table.groupby("task")["seed"].nunique().to_dict() == {t: 5 for t in counts}
+
+
+def test_the_authors_export_replaces_the_runs_it_holds_and_keeps_the_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "results_dir", lambda: tmp_path)
+    spec = {**ls.GRIDS["smoke"], "tasks": ("parity", "mod3"), "seeds": (0, 1)}
+    monkeypatch.setitem(ls.GRIDS, "authors", spec)
+    configs = ls.grid("authors")
+    runs = {(c.task, c.model, c.seed): c for c in configs}
+    first = [ls.run_length(c, progress=False) for c in configs if c.seed == 1]
+    (path,) = results.export(first, grid="authors")
+    again = ls.run_length(runs[("mod3", "lstm", 0)], progress=False)
+    results.export([again], grid="authors")
+    table = pd.read_csv(path)
+    ids = table[["seed", "task", "model"]].drop_duplicates().apply(tuple, axis=1).tolist()
+    assert ids == [(0, "mod3", "lstm"), *[(1, c.task, c.model) for c in configs if c.seed == 1]]
+    kept = table[table["seed"] == 1].reset_index(drop=True)
+    fresh = pd.read_csv(results.export(first, grid="authors")[0])
+    assert kept.equals(fresh[fresh["seed"] == 1].reset_index(drop=True))  # unchanged rows
+    assert len(fresh) == len(table)  # exporting runs again replaces their rows

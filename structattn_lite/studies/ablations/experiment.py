@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from structattn_lite.config import check_choice, results_dir
-from structattn_lite.records import RunRecord
+from structattn_lite.records import RunRecord, keep_committed_rows
 from structattn_lite.training.seed_batching import run_csp_stacked as run_seeds
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, paper_setting_run
 from structattn_lite.training.state_tracking import run_csp as run
@@ -263,13 +263,8 @@ def export(records: list[RunRecord], grid: str = "paper_text") -> list[Path]:
     path = results_dir() / COMMITTED_CSV[grid]
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = records_frame(records, grid).round(5)
-    if grid in GROWN_ACROSS_SESSIONS and path.exists():
-        # A run store does not outlive its machine: keep the committed rows of runs that
-        # are not in this export, so a grid can be finished over several sessions.
-        frame = pd.concat([pd.read_csv(path), frame]).drop_duplicates(RUN_ID, keep="last")
-        order = {"|".join(map(str, ids)): i for i, ids in enumerate(_grid_ids(grid))}
-        at = frame[RUN_ID].astype(str).agg("|".join, axis=1).map(order)
-        frame = frame.iloc[at.fillna(len(order)).argsort(kind="stable")]
+    if grid in GROWN_ACROSS_SESSIONS:
+        frame = keep_committed_rows(path, frame, RUN_ID, _grid_ids(grid))
     frame.to_csv(path, index=False)
     return [path]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from structattn_lite.config import check_choice, results_dir
-from structattn_lite.records import RunRecord
+from structattn_lite.records import RunRecord, keep_committed_rows
 
 
 def cell(config) -> tuple[str, str, str]:
@@ -83,13 +83,25 @@ COMMITTED_CSV = {
 }
 
 
+# Grids whose committed file is kept across sessions: an export replaces the rows of the
+# runs it holds and keeps the others (the authors' mod-3 runs were retrained alone when
+# their vocabulary became the authors' 3).
+GROWN_ACROSS_SESSIONS = ("authors",)
+RUN_ID = ["task", "model", "protocol", "seed"]
+
+
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """Write the runs' curves at the kept lengths to data/results (one row per run and length)."""
+    from structattn_lite.studies.length.experiment import grid as grid_configs
+
     curves = curves_frame(last_pass(records)).assign(grid=grid)
     curves = curves[curves["length"].isin(KEPT_LENGTHS)]
     path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)]
     path.parent.mkdir(parents=True, exist_ok=True)
     metrics = ["seq_acc", "unseen_acc", "all_acc", "final_test_acc", "final_val_seq_acc"]
     curves = curves.assign(**{m: curves[m].round(4) for m in metrics if m in curves})
+    if grid in GROWN_ACROSS_SESSIONS:
+        order = [tuple(getattr(c, k) for k in RUN_ID) for c in grid_configs(grid)]
+        curves = keep_committed_rows(path, curves, RUN_ID, order)
     curves.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
     return [path]
