@@ -266,20 +266,23 @@ def keep_committed_rows(
     not hold (a run is its ``run_id`` values), in grid ``order``: a run store does not
     outlive its machine, so a grid finished (or partly retrained) over several sessions
     keeps what earlier ones committed."""
-    if not Path(path).exists():
-        return frame
     ids = lambda f: f[run_id].astype(str).agg("|".join, axis=1)  # noqa: E731
-    old = pd.read_csv(path)
-    frame = pd.concat([old[~ids(old).isin(set(ids(frame)))], frame], ignore_index=True)
+    if Path(path).exists():
+        old = pd.read_csv(path)
+        frame = pd.concat([old[~ids(old).isin(set(ids(frame)))], frame], ignore_index=True)
     rank = {"|".join(map(str, run)): i for i, run in enumerate(order)}
     return frame.iloc[ids(frame).map(rank).fillna(len(rank)).argsort(kind="stable")]
 
 
-def export_histories(records: list[RunRecord], path: str | os.PathLike) -> Path:
+def export_histories(
+    records: list[RunRecord], path: str | os.PathLike, keep_order: list[str] | None = None
+) -> Path:
     """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
 
     Per-step gradient norms and other non-scalar extras are left out (the per-epoch
     mean and max norms stay). A ``.gz`` suffix compresses the repeated config column.
+    ``keep_order`` (the grid's run keys in order) keeps the runs already in ``path`` that
+    ``records`` do not hold (``keep_committed_rows``).
     """
     frames = []
     for r in records:
@@ -295,7 +298,10 @@ def export_histories(records: list[RunRecord], path: str | os.PathLike) -> Path:
         frames.append(frame)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pd.concat(frames, ignore_index=True).to_csv(
+    frame = pd.concat(frames, ignore_index=True)
+    if keep_order is not None:
+        frame = keep_committed_rows(path, frame, ["key"], [(k,) for k in keep_order])
+    frame.to_csv(
         path, index=False, float_format="%.6g", compression={"method": "infer", "mtime": 0}
     )
     return path

@@ -194,6 +194,22 @@ def test_exported_histories_round_trip(tmp_path):
         pd.testing.assert_frame_equal(a.history, b.history, check_dtype=False)
 
 
+def test_an_export_that_keeps_earlier_runs_replaces_only_the_runs_it_holds(tmp_path):
+    from structattn_lite.records import export_histories, load_histories
+
+    records = [ToyStudy().run(Toy(seed=s)) for s in (0, 1, 2)]
+    order = [r.key for r in records]
+    path = tmp_path / "runs.csv.gz"
+    export_histories([records[2], records[0]], path, keep_order=order)
+    before = path.read_bytes()
+    export_histories([records[1]], path, keep_order=order)  # a later session's run
+    assert [r.key for r in load_histories(path)] == order  # all three, in grid order
+    export_histories([records[2], records[0]], path, keep_order=order)  # again: replaced
+    assert len(load_histories(path)) == 3
+    export_histories([records[0], records[2]], path)  # without keep_order: what it holds
+    assert path.read_bytes() == before  # the first export was already in grid order
+
+
 def test_length_scores_split_seen_and_unseen_positions():
     import torch
 
