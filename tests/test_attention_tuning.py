@@ -259,7 +259,7 @@ def test_the_low_parameter_arm_fits_m_2d_and_tunes_at_its_own_budget():
         assert c.d_head * (c.d_head - 1) // 2 >= 2 * c.d_head
     # an early stop on validation, and the rates tuned at exactly the finals' budget (only
     # the seed, the rate and read_test differ)
-    assert {(c.recipe.max_steps, c.recipe.patience) for c in final} == {(6000, 4)}
+    assert {(c.recipe.max_steps, c.recipe.patience) for c in final} == {(4000, 4)}
     assert {dataclasses.replace(c.recipe, lr=1.0) for c in tuning} == {
         dataclasses.replace(c.recipe, lr=1.0) for c in final
     }

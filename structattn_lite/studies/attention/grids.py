@@ -100,20 +100,21 @@ GRIDS: dict[str, dict[str, Any]] = {
         "evals": (256, 2000), "prune_finetune_steps": 50,
     },
     # lowparam: the card's low-parameter arm (issue 26) at d_model 32 and 64 on the full
-    # text: warmup, then a cosine over at most 6,000 steps (about 5 passes over the text),
+    # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
     # steps). A constant rate left 7 of 8 first runs at d 32 still improving at 6,000
-    # steps, so literal convergence is past this budget; the cosine ends each run annealed.
-    # Rates are chosen on validation at this same budget over the three ``tune_seeds``; a
-    # variant whose best rate is at the sweep's edge gets the next rate out
-    # (``widen_edges``) until it is not. ``sizes`` gives the heads each width allows.
+    # steps, so literal convergence is past what two cores finish in a session; the
+    # cosine ends each run annealed. Rates are chosen on validation at this same budget
+    # over the three ``tune_seeds``; a variant whose best rate is at the sweep's edge gets
+    # the next rate out (``widen_edges``) until it is not. ``sizes``: the heads each width
+    # allows, the smallest model first.
     "lowparam": {
         "seeds": (0, 1, 2, 3, 4), "tune_seeds": (0, 1, 2), "lrs": (3e-3, 6e-3, 1.2e-2),
         "widen_edges": True, "main": LOWPARAM_VARIANTS,
         "sizes": tuple({"d_model": d, "n_heads": heads_for(d)} for d in (32, 64)),
         "fractions": (), "bf16": (), "digits": (),
         "model": _LM,
-        "recipe": {"max_steps": 6000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
+        "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
         "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
     },
     # paper: a GPU or a Ray cluster; long enough for the dot model to pass 1.45 bpc.
