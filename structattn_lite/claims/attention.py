@@ -21,9 +21,65 @@ def _attention_row(ident: str, words: str, result, rule: str, values=(), **field
     (diff, low, high), verdict, reason = result
     return row(values, id=ident, study="attention", claim=words, source="the attention card",
                 ours=diff, low=low, high=high, verdict=verdict, reason=reason, rule=rule,
-                protocol=fields.pop("protocol", ATTENTION_PROTOCOL), grid="committed (attention)",
-                notebook="02, the card's hypothesis", command=ATTENTION_COMMAND,
-                **fields)  # fmt: skip
+                protocol=fields.pop("protocol", ATTENTION_PROTOCOL),
+                grid=fields.pop("grid", "committed (attention)"),
+                notebook=fields.pop("notebook", "02, the card's hypothesis"),
+                command=fields.pop("command", ATTENTION_COMMAND), **fields)  # fmt: skip
+
+
+def _interaction_row(ident, words, samples, names, where, **fields) -> dict:
+    """A row for "the edge of a over b is larger in the first setting than in the second":
+    (a1 - b1) - (a2 - b2), its Welch-Satterthwaite interval below 0."""
+    diff, lo, hi = stats.interaction(*samples)
+    verdict = (stats.UNDECIDED if math.isnan(lo) else stats.REPRODUCED if hi < 0 else
+               stats.NOT_REPRODUCED if lo > 0 else stats.UNDECIDED)  # fmt: skip
+    n = min(len(x) for x in samples)
+    reason = (f"interaction {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] (negative: larger edge {where})"
+              if not math.isnan(lo) else f"{n} seed(s) in a cell, too few for an interval")  # fmt: skip
+    return row({f"{v}, {at}": x for (v, at), x in zip(names, samples, strict=True)},
+               id=ident, study="attention", source="the attention card", claim=words,
+               ours=diff, low=lo, high=hi, seeds=n, verdict=verdict, reason=reason,
+               rule="interaction, Welch-Satterthwaite interval below 0",
+               grid=fields.pop("grid", "committed (attention)"),
+               command=fields.pop("command", ATTENTION_COMMAND), **fields)  # fmt: skip
+
+
+LOWPARAM_PROTOCOL = (
+    "2-layer Transformer, d_model 32 (4 heads) and 64 (8 heads), character PTB, context "
+    "128, batch 32; cosine over at most 4,000 steps, early stop after 1,000 steps without a "
+    "better validation bpc; each variant's rate chosen on validation at this budget over 3 "
+    "seeds (widened at the sweep's edge), then 5 seeds; test bpc"
+)
+LOWPARAM_COMMAND = "structattn run attention --grid lowparam"
+
+
+def low_parameters() -> list[dict]:
+    """The card's low-parameter half, from the ``lowparam`` grid's test bpc: matroidal m=2d
+    (shared, and separate q/k) not worse than dense at d_model 32 and at 64, and its edge
+    over dense and over dot larger at 32 than at 64."""
+    from structattn_lite.studies.attention import lowparam
+
+    cells = lowparam.interaction_inputs(read("attention_lowparam_runs.csv"))
+    bpc, m = stats.BPC_MARGIN, "matroidal m=2d"
+    fields = dict(protocol=LOWPARAM_PROTOCOL, grid="lowparam (attention)",
+                  notebook="02, few parameters", command=LOWPARAM_COMMAND)  # fmt: skip
+    rows = []
+    for d in (32, 64):
+        for ident, mat in (("shared", m), ("sep", f"{m} (sep q/k)")):
+            a, b = cells.get((d, "dense"), []), cells.get((d, mat), [])
+            rows.append(_attention_row(
+                f"attention/low_parameters/d{d}/{ident}", f"at d_model {d}, {mat}: test bpc "
+                f"equal to or better than dense (within {bpc})", stats.difference(
+                    a, b, margin=bpc, claim="not_worse"),
+                f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
+                {"dense": a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
+    for base, suffix in (("dense", ""), ("dot", "/dot")):
+        names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
+        samples = [cells.get((int(at[2:]), v), []) for v, at in names]
+        rows.append(_interaction_row(
+            f"attention/low_parameters{suffix}", f"{m}'s edge over {base} is larger at "
+            "d_model 32 than at 64", samples, names, "at d 32", **fields))  # fmt: skip
+    return rows
 
 
 def attention() -> list[dict]:
@@ -93,26 +149,12 @@ def attention() -> list[dict]:
     for base in ("dense", "dot"):
         low = [col("low data", v, "val_bpc", fraction=0.01) for v in (m, base)]
         full = [col("main", v, "val_bpc") for v in (m, base)]
-        diff, lo, hi = stats.interaction(*low, *full)
-        verdict = (stats.UNDECIDED if math.isnan(lo) else stats.REPRODUCED if hi < 0 else
-                   stats.NOT_REPRODUCED if lo > 0 else stats.UNDECIDED)  # fmt: skip
-        rows.append(row(
-            {f"{v}, {share}": x for (v, share), x in zip(
-                [(m, "1%"), (base, "1%"), (m, "100%"), (base, "100%")], low + full, strict=True)},
-            id=f"attention/low_data/{base}", study="attention", source="the attention card",
-            claim=f"{m}'s edge over {base} is larger with 1% of the text than with all of it",
-            ours=diff, low=lo, high=hi, seeds=min(len(x) for x in low + full), verdict=verdict,
-            reason=f"interaction {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] (negative: larger edge "
-            "at 1%)", rule="interaction, Welch-Satterthwaite interval below 0",
-            protocol=ATTENTION_PROTOCOL + "; 1% and 100% of the text", grid="committed "
-            "(attention)", notebook="02, low data", command=ATTENTION_COMMAND))  # fmt: skip
-    rows.append(row(
-        id="attention/low_parameters", study="attention", source="the attention card",
-        claim=f"{m}'s edge over dense is larger at d_model 32 and 64 than at 128", seeds=0,
-        verdict=stats.UNDECIDED, reason="not run: no committed run below d_model 128",
-        rule="interaction, Welch-Satterthwaite interval below 0",
-        protocol="d_model 32, 64 and 128 to convergence (planned)", grid="none yet",
-        notebook="02", command="not committed yet"))  # fmt: skip
+        rows.append(_interaction_row(
+            f"attention/low_data/{base}", f"{m}'s edge over {base} is larger with 1% of the "
+            "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
+            (base, "100%")], "at 1%", protocol=ATTENTION_PROTOCOL + "; 1% and 100% of the "
+            "text", notebook="02, low data"))  # fmt: skip
+    rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}
     best, runner = sorted(sizes, key=lambda k: sum(sizes[k]) / max(len(sizes[k]), 1))[:2]
     rows.append(

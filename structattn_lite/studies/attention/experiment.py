@@ -26,7 +26,7 @@ import torch
 
 from structattn_lite import config as cfgmod
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.data import FALLBACK_LABEL, cifar10_available, ptb_available
+from structattn_lite.data import FALLBACK_LABEL, cifar10_available, load_corpus, ptb_available
 from structattn_lite.models.attention import ATTENTION_KINDS
 from structattn_lite.models.attention_checks import (
     attention_maps,
@@ -393,4 +393,10 @@ def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     summary = out / runs_name
     summarize(records).to_csv(summary, index=False, float_format="%.6g")
-    return [summary, export_histories(records, out / histories_name)]
+    paths = [summary, export_histories(records, out / histories_name)]
+    if any(r.config["dataset"] == "ptb" for r in records):  # the floors the figures draw
+        from structattn_lite.studies.attention.lowparam import FLOORS_CSV, floor_frame
+
+        floor_frame(load_corpus("ptb")).to_csv(out / FLOORS_CSV, index=False)
+        paths.append(out / FLOORS_CSV)
+    return paths

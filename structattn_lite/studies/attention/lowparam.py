@@ -1,0 +1,131 @@
+"""The card's low-parameter arm (grid ``lowparam``): dot, dense and matroidal attention at
+d_model 32 and 64, from its committed records.
+
+``table`` gives one row per size and variant (rate, size, test bpc with its interval, how
+runs stopped); ``figure`` draws test bpc against total and metric-only parameters and the
+validation curves against training characters, with the n-gram floors the export keeps
+beside the runs (``attention_ngram_floors.csv``).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from structattn_lite import stats
+from structattn_lite.config import results_dir
+from structattn_lite.records import RunRecord
+from structattn_lite.report import figure_size, model_style
+from structattn_lite.studies.attention.grids import GRIDS
+
+GRID = "lowparam"
+FLOORS_CSV = "attention_ngram_floors.csv"
+FLOORS_DRAWN = ("bigram", "trigram")  # the unigram floor (about 4.4 bpc) is off the axes
+
+
+def finals(runs: pd.DataFrame | None) -> pd.DataFrame:
+    """The grid's final runs (those that read the test split once), finished."""
+    if runs is None or runs.empty:
+        return pd.DataFrame(columns=["d_model", "variant", "seed"])
+    done = runs[~runs["tuning"].astype(bool) & (runs["status"] == "ok")]
+    return done.sort_values(["d_model", "variant", "seed"])
+
+
+TABLE_COLUMNS = ["d_model", "heads", "variant", "rate", "params", "metric params", "test bpc",
+                 "95% low", "95% high", "seeds", "early-stopped", "median steps"]  # fmt: skip
+
+
+def table(runs: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per (d_model, variant): its chosen rate, parameters, test bpc over seeds."""
+    rows = []
+    for (d, variant), g in finals(runs).groupby(["d_model", "variant"], sort=True):
+        mean, low, high, n = stats.mean_interval(g["test_bpc"].tolist())
+        rows.append({
+            "d_model": d, "heads": int(g["n_heads"].iloc[0]), "variant": variant,
+            "rate": g["lr"].iloc[0], "params": int(g["params_total"].iloc[0]),
+            "metric params": int(g["params_metric"].iloc[0]),
+            "test bpc": mean, "95% low": low, "95% high": high, "seeds": n,
+            "early-stopped": f"{(g['stop'] == 'early_stop').sum()} of {len(g)}",
+            "median steps": int(g["steps"].median()),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def caption(runs: pd.DataFrame | None) -> str:
+    """The grid a table or figure comes from, read off the spec and the runs."""
+    spec, done = GRIDS[GRID], finals(runs)
+    recipe = spec["recipe"]
+    tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else done
+    return (
+        f"grid {GRID}: 2 layers, context 128, batch 32, character PTB; cosine over at most "
+        f"{recipe['max_steps']:,} steps, early stop after {recipe['patience']} evaluations "
+        f"({recipe['patience'] * recipe['eval_every']:,} steps) without a better validation "
+        f"bpc; rates chosen on validation at this budget over seeds "
+        f"{', '.join(map(str, spec['tune_seeds']))} ({len(tuned)} tuning runs), then "
+        f"{len(done)} final runs on seeds {', '.join(map(str, spec['seeds']))}; test bpc, "
+        "mean and 95% t interval"
+    )
+
+
+def floors() -> dict[str, float]:
+    """The committed test-split n-gram floors ({"bigram": bpc, ...}), or {} without them."""
+    path = results_dir() / FLOORS_CSV
+    if not path.exists():
+        return {}
+    frame = pd.read_csv(path)
+    return dict(frame.loc[frame["split"] == "test", ["model", "bpc"]].values)
+
+
+def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
+    """Three panels: test bpc against all parameters and against metric parameters (one
+    point per size, joined from d 32 to d 64), and mean validation bpc against training
+    characters (solid d 32, dashed d 64)."""
+    summary = table(runs)
+    fig, axes = plt.subplots(1, 3, figsize=figure_size(2, 2.6))
+    for variant, g in summary.groupby("variant", sort=False):
+        style = model_style(variant)
+        for ax, x in zip(axes[:2], ("params", "metric params"), strict=True):
+            ax.errorbar(g[x], g["test bpc"], yerr=[g["test bpc"] - g["95% low"],
+                        g["95% high"] - g["test bpc"]], color=style["color"],
+                        marker=style["marker"], label=style["name"], capsize=2)  # fmt: skip
+    for d, ls in zip(sorted(summary["d_model"].unique()), ("-", "--"), strict=False):
+        for variant in summary["variant"].unique():
+            curves = [r.history.set_index("step")["val_bpc"] for r in histories
+                      if r.config["d_model"] == d and r.extra.get("variant") == variant]  # fmt: skip
+            if curves:
+                mean = pd.concat(curves, axis=1).mean(axis=1)
+                chars = mean.index * 32 * 128  # batch x context per step
+                axes[2].plot(chars, mean.values, ls=ls, color=model_style(variant)["color"])
+    known = floors()
+    for ax in axes:
+        for name in FLOORS_DRAWN:
+            if name in known:
+                ax.axhline(known[name], color="0.6", lw=0.8, ls=":")
+                ax.annotate(f"{name} floor", (0.98, known[name]), xycoords=("axes fraction",
+                            "data"), ha="right", va="bottom", fontsize=6, color="0.4")  # fmt: skip
+    axes[0].set(xscale="log", xlabel="parameters", ylabel="test bpc")
+    axes[1].set(xlabel="metric parameters")
+    axes[2].set(xscale="log", xlabel="training characters", ylabel="validation bpc")
+    if "bigram" in known:  # the first evaluations sit far above every floor
+        axes[2].set_ylim(top=known["bigram"] + 0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def floor_frame(corpus) -> pd.DataFrame:
+    """The n-gram floors of ``corpus`` as rows (split, model, bpc), for the export."""
+    from structattn_lite.studies.attention.floors import floor_table
+
+    return pd.DataFrame([{"split": split, "model": name, "bpc": round(bpc, 4)}
+                         for split, row in floor_table(corpus).items()
+                         for name, bpc in row.items()])  # fmt: skip
+
+
+def interaction_inputs(runs: pd.DataFrame | None, column: str = "test_bpc") -> dict:
+    """{(d_model, variant): per-seed values} of the final runs, for the ledger."""
+    out = {}
+    for (d, variant), g in finals(runs).groupby(["d_model", "variant"]):
+        out[(int(d), variant)] = g[column].astype(float).tolist()
+    return out
