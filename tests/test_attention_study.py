@@ -15,7 +15,6 @@ from scipy import stats
 from structattn_lite.data import FALLBACK_LABEL, load_corpus, ptb_available
 from structattn_lite.records import RunRecord
 from structattn_lite.studies.attention import experiment as st
-from structattn_lite.studies.attention.floors import ngram_bpc, ngram_floors
 from structattn_lite.studies.attention.recipe import Recipe, lr_at
 from structattn_lite.studies.attention.report import (
     budget_table,
@@ -27,6 +26,7 @@ from structattn_lite.studies.attention.report import (
     pruning_table,
     summarize,
 )
+from structattn_lite.studies.attention.tasks import ngram_bpc, ngram_floors
 from structattn_lite.studies.attention.tuning_report import tuning_table
 from structattn_lite.studies.attention.verdicts import (
     findings,

@@ -149,8 +149,7 @@ def variant_key(cfg: Config | dict) -> str:
 
 def build_task(cfg: Config, corpus=None, device: str = "cpu"):
     """(task, model): the data a run reads (on ``device``) and its freshly initialised model."""
-    from structattn_lite.studies.attention.images import ImageTask
-    from structattn_lite.studies.attention.lm_task import LMTask
+    from structattn_lite.studies.attention.tasks import ImageTask, LMTask
 
     opts = attention_options(cfg)
     if cfg.dataset in IMAGE_DATASETS:
