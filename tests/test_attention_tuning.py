@@ -156,6 +156,17 @@ def test_first_sweep_records_load_beside_the_current_ones(tmp_path, monkeypatch)
     assert tables.load_committed_histories("long", "current") == []
 
 
+def test_each_part_shows_the_ledger_rows_it_decides_and_the_floors_of_its_text():
+    rows = tr.ledger_rows("low_data").splitlines()[2:]  # below the header
+    assert len(rows) == 2 and all("1% of the text" in r for r in rows)
+    assert len(tr.ledger_rows("stable", "digits").splitlines()[2:]) == 3
+    assert tr.ledger_rows("no_such_row").splitlines()[2:] == []
+    floors = {"valid": {"bigram": 3.3}, "test": {"bigram": 3.4}}
+    text_and_digits = pd.DataFrame({"dataset": ["ptb", "digits"]})
+    assert tr.floors_for(text_and_digits, "ptb", floors) is floors
+    assert tr.floors_for(text_and_digits, "fallback", floors) is None
+
+
 def test_rate_drift_names_runs_trained_at_rates_their_source_grid_no_longer_chooses():
     def runs(rates, part="main"):
         return pd.DataFrame({"variant": list(rates), "lr": list(rates.values()),

@@ -63,9 +63,8 @@ from structattn_lite.studies.attention.tasks import floor_table
 __all__ = [  # what the notebook calls, defined here or in tables and figures
     "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
     "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
-    "load_summary", "low_data_table",
-    "measurement_table", "precision_table", "profile_figures", "profile_plan",
-    "pruning_table", "rate_drift", "run_browser", "run_profile", "summarize",
+    "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
+    "profile_plan", "pruning_table", "rate_drift", "run_browser", "run_profile", "summarize",
     "sweep_history", "tuning_table",
 ]  # fmt: skip
 DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
@@ -345,19 +344,14 @@ def profile_figures(records: list, profile: str, dataset: str, floors: dict) -> 
     digits = [r for r in records if r.config["dataset"] == "digits" and r.config["read_test"]]
     mat = [r for r in final if r.config["kind"] == "matroidal" and r.status == "ok"]
     summary = summarize(records)
-    draw = {
-        "learning_curves": lambda: plot_learning_curves(
-            final, floors={k: v for k, v in floors["valid"].items() if k != "unigram"}),
-        "digits_learning_curves": lambda: plot_learning_curves(digits, metric="val_loss"),
-        "grad_norms": lambda: plot_grad_norms(final, group="total"),
-    }  # fmt: skip
+    valid = {k: v for k, v in floors["valid"].items() if k != "unigram"}
+    figures = {"learning_curves": plot_learning_curves(final, floors=valid),
+               "digits_learning_curves": plot_learning_curves(digits, metric="val_loss"),
+               "grad_norms": plot_grad_norms(final, group="total")}  # fmt: skip
     if (summary["part"] == "low data").any():
-        draw["fraction_sweep"] = lambda: plot_fraction_sweep(summary)
+        figures["fraction_sweep"] = plot_fraction_sweep(summary)
     if mat:
-        draw |= {"learned_weights": lambda: plot_weight_histograms(mat),
-                 "pruning": lambda: plot_pruning(mat)}  # fmt: skip
-    figures = {}
-    for name, plot in draw.items():
-        figures[name] = plot()
-        save_figure(figures[name], "02_attention", name, profile=profile, corpus=dataset)
+        figures |= {"learned_weights": plot_weight_histograms(mat), "pruning": plot_pruning(mat)}
+    for name, fig in figures.items():
+        save_figure(fig, "02_attention", name, profile=profile, corpus=dataset)
     return figures
