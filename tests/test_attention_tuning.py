@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from test_attention_study import TINY, _garbage_test_split
 
+from structattn_lite import claims
 from structattn_lite.config import PROFILES
 from structattn_lite.data import fallback_corpus
 from structattn_lite.records import RunRecord, RunStore, config_dict
@@ -157,10 +158,12 @@ def test_first_sweep_records_load_beside_the_current_ones(tmp_path, monkeypatch)
 
 
 def test_each_part_shows_the_ledger_rows_it_decides_and_the_floors_of_its_text():
-    rows = tr.ledger_rows("low_data").splitlines()[2:]  # below the header
-    assert len(rows) == 2 and all("1% of the text" in r for r in rows)
-    assert len(tr.ledger_rows("stable", "digits").splitlines()[2:]) == 3
-    assert tr.ledger_rows("no_such_row").splitlines()[2:] == []
+    ledger = claims.ledger()
+    low = tr.ledger_rows(ledger, "low_data")
+    assert list(low["id"]) == ["attention/low_data/dense", "attention/low_data/dot"]
+    assert set(tr.ledger_rows(ledger, "stable", "digits")["id"]) == {
+        "attention/stable/nonfinite", "attention/stable/bfloat16", "attention/digits"}  # fmt: skip
+    assert tr.ledger_rows(ledger, "no_such_row").empty
     floors = {"valid": {"bigram": 3.3}, "test": {"bigram": 3.4}}
     text_and_digits = pd.DataFrame({"dataset": ["ptb", "digits"]})
     assert tr.floors_for(text_and_digits, "ptb", floors) is floors

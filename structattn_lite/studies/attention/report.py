@@ -24,7 +24,6 @@ import math
 import numpy as np
 import pandas as pd
 
-from structattn_lite import claims
 from structattn_lite.data import FALLBACK_LABEL, load_corpus
 from structattn_lite.models.attention_checks import gradient_agreement
 from structattn_lite.report import grid_markdown, save_figure
@@ -288,12 +287,12 @@ def corpus_note(dataset: str) -> str:
             "corpus and not comparable to PTB.</div>")  # fmt: skip
 
 
-def ledger_rows(*names: str) -> str:
-    """The card's rows of the claims ledger whose id continues with one of ``names``
-    (``attention/<name>``), in Markdown: the verdicts a part of the grid decides."""
-    table = claims.ledger()
-    ids = table["id"].str.removeprefix("attention/")
-    return claims.markdown(table[table["study"].eq("attention") & ids.str.startswith(names)])
+def ledger_rows(ledger: pd.DataFrame, *names: str) -> pd.DataFrame:
+    """The card's rows of the claims ledger (``claims.ledger()``, which sits above the
+    studies) whose id continues with one of ``names`` (``attention/<name>``): the verdicts
+    a part of the grid decides."""
+    ids = ledger["id"].str.removeprefix("attention/")
+    return ledger[ledger["study"].eq("attention") & ids.str.startswith(names)]
 
 
 def floors_for(summary: pd.DataFrame, dataset: str, floors: dict) -> dict | None:
