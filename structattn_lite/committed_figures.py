@@ -48,7 +48,7 @@ def _register(stem: str):
 def _attention_curves(grid: str, sweep: str, dataset: str) -> list:
     """A committed grid's full-text float32 runs on ``dataset`` that read the test split.
     (The n-gram floors the notebook prints need the corpus, which is not committed.)"""
-    from structattn_lite.studies.attention import report as at
+    from structattn_lite.studies.attention import tables as at
 
     return [
         r
@@ -93,7 +93,7 @@ def _attention_long_first_curves():
 @_register("02_attention_committed_fraction_sweep")
 def _attention_fraction_sweep():
     from structattn_lite.studies.attention import figures as ap
-    from structattn_lite.studies.attention import report as at
+    from structattn_lite.studies.attention import tables as at
 
     return ap.plot_fraction_sweep(at.load_summary(), rates="rates: as tuned on the full text")
 
@@ -101,8 +101,8 @@ def _attention_fraction_sweep():
 @_register("02_attention_committed_fraction_sweep_best_rates")
 def _attention_fraction_sweep_best():
     from structattn_lite.studies.attention import figures as ap
-    from structattn_lite.studies.attention import report as at
-    from structattn_lite.studies.attention import tuning_report as tr
+    from structattn_lite.studies.attention import report as tr
+    from structattn_lite.studies.attention import tables as at
 
     low = tr.best_known(tr.load_first_sweep(), at.load_summary(), parts=("main", "low data"))
     return ap.plot_fraction_sweep(low, rates="rates: each best on validation, per fraction")

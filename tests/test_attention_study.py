@@ -1,4 +1,4 @@
-"""The attention study: recipe, records, tables and verdicts, floors (tuning and grids:
+"""The attention study: recipe, records, tables, floors (tuning and grids:
 test_attention_tuning.py)."""
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ from scipy import stats
 from structattn_lite.data import FALLBACK_LABEL, load_corpus, ptb_available
 from structattn_lite.records import RunRecord
 from structattn_lite.studies.attention import experiment as st
-from structattn_lite.studies.attention.floors import ngram_bpc, ngram_floors
 from structattn_lite.studies.attention.recipe import Recipe, lr_at
 from structattn_lite.studies.attention.report import (
+    contrast_table,
+    low_data_table,
+    precision_table,
+    tuning_table,
+)
+from structattn_lite.studies.attention.tables import (
     budget_table,
     difference,
     fraction_table,
@@ -27,13 +32,7 @@ from structattn_lite.studies.attention.report import (
     pruning_table,
     summarize,
 )
-from structattn_lite.studies.attention.tuning_report import tuning_table
-from structattn_lite.studies.attention.verdicts import (
-    findings,
-    low_data_edges,
-    low_data_verdict,
-    precision_verdict,
-)
+from structattn_lite.studies.attention.tasks import ngram_bpc, ngram_floors
 
 TINY_RECIPE = Recipe(lr=3e-3, max_steps=6, warmup_steps=2, eval_every=3, check_every=1)
 TINY = dict(dataset="fallback", d_model=32, n_heads=2, n_layers=1, block_size=16, batch_size=4,
@@ -186,7 +185,7 @@ def test_intervals_and_differences():
     assert d == pytest.approx(1.1) and math.isnan(lo) and math.isnan(hi) and n == 1
 
 
-def test_precision_verdict_pairs_each_bfloat16_run_with_float32_on_its_seed():
+def test_precision_table_pairs_each_bfloat16_run_with_float32_on_its_seed():
     def runs(variant, precision, values):
         return pd.DataFrame({"variant": variant, "precision": precision, "test_bpc": values,
                              "seed": range(len(values)), "fraction": 1.0, "tuning": False,
@@ -200,32 +199,37 @@ def test_precision_verdict_pairs_each_bfloat16_run_with_float32_on_its_seed():
         runs("dense", "bfloat16", [2.60, 2.65, 2.55]),
         runs("dot", "float32", [9.0]).assign(fraction=0.01, part="low data"),  # not compared
     ])  # fmt: skip
-    verdict = precision_verdict(summary)
-    assert "paired t" in verdict
-    assert "dot +0.000 [" in verdict and "(n=3 seeds): no difference shown" in verdict
+    table = precision_table(summary).set_index("variant")
+    assert list(table.index) == ["dot", "dense"] and set(table["seeds"]) == {3}
+    dot = table.loc["dot"]
+    assert dot["difference"] == pytest.approx(0.0, abs=1e-12) and dot["low"] < 0 < dot["high"]
     # the same +0.2 on every seed: an unpaired test would see the seeds' spread instead
-    assert "dense +0.200 [+0.200, +0.200] (n=3 seeds): worse" in verdict
-    assert precision_verdict(summary[summary["precision"] == "float32"]).startswith("No bfloat16")
-    one = summary[(summary["precision"] == "float32") | (summary["seed"] == 0)]
-    assert "(n=1, no interval)" in precision_verdict(one)
+    dense = table.loc["dense"]
+    assert dense[["difference", "low", "high"]].tolist() == pytest.approx([0.2, 0.2, 0.2])
+    assert precision_table(summary[summary["precision"] == "float32"]).empty
+    one = precision_table(summary[(summary["precision"] == "float32") | (summary["seed"] == 0)])
+    assert set(one["seeds"]) == {1} and one[["low", "high"]].isna().all().all()
 
 
-def test_findings_compare_each_matroidal_form_with_dot():
+def test_contrasts_compare_each_matroidal_form_with_dot():
     rows = {"dot": [1.60, 1.62, 1.58], "matroidal m=2d (sep q/k)": [1.70, 1.72, 1.68],
             "matroidal m=2d": [1.74, 1.73, 1.75]}  # fmt: skip
     summary = pd.DataFrame([
-        {"variant": v, "test_bpc": x, "part": "main", "tuning": False, "fast_rows": 10,
-         "fast_saturated_rows": 0, "fast_nonfinite": 0, "fast_fallbacks": 0}
+        {"variant": v, "test_bpc": x, "part": "main", "tuning": False}
         for v, xs in rows.items() for x in xs
     ])  # fmt: skip
-    lines = findings(summary).splitlines()
-    assert lines[0] == "lowest test bpc: dot (1.600, n=3)"
-    sep = next(x for x in lines if x.startswith("matroidal (separate q/k) vs dot"))
-    assert sep.startswith("matroidal (separate q/k) vs dot: -0.100 bpc, 95% Welch t [-0.1")
-    assert any(x.startswith("matroidal (shared z) vs dot: -0.140 bpc") for x in lines)
+    table = contrast_table(summary).set_index(["variant", "against"])
+    # only the contrasts whose two sides ran; positive: the variant is better
+    assert list(table.index) == [("matroidal m=2d (sep q/k)", "matroidal m=2d"),
+                                 ("matroidal m=2d", "dot"), ("matroidal m=2d (sep q/k)", "dot")]  # fmt: skip
+    sep = table.loc[("matroidal m=2d (sep q/k)", "dot")]
+    assert sep["difference"] == pytest.approx(-0.10) and sep["high"] < 0 and sep["seeds"] == 3
+    assert table.loc[("matroidal m=2d", "dot"), "difference"] == pytest.approx(-0.14)
+    one = contrast_table(summary.groupby("variant").head(1))
+    assert set(one["seeds"]) == {1} and one[["low", "high"]].isna().all().all()
 
 
-def test_tables_and_verdict_from_records():
+def test_tables_from_records():
     recs = [
         st.run(st.Config(kind=k, seed=s, data_fraction=f, read_test=True, **TINY), progress=False)
         for k in ("dense", "matroidal")
@@ -241,13 +245,19 @@ def test_tables_and_verdict_from_records():
     assert table["test bpc"].iloc[-1] == "3.400" and "bigram floor" in table["variant"].iloc[-1]
     assert not table.isna().any().any()  # a floor's other cells are blank, not NaN
     assert fraction_table(summary, floors).shape == (3, 3)
-    verdict = low_data_verdict(summary)
-    assert verdict.startswith("Low-data hypothesis (test bpc; 95% Welch t intervals")
-    assert "fraction 0.01" in verdict and "NOT TESTABLE" not in verdict.splitlines()[0]
-    assert "needs at least 2 seeds" in low_data_verdict(summary[summary["seed"] == 0])
+    edges = low_data_table(summary)  # dense minus matroidal, per fraction (no dot runs)
+    assert edges[["rival", "fraction", "seeds"]].values.tolist() == [
+        ["dense", 0.01, 2],
+        ["dense", 1.0, 2],
+    ]
+    assert (edges["low"] < edges["difference"]).all() and (
+        edges["difference"] < edges["high"]
+    ).all()
+    alone = low_data_table(summary[summary["seed"] == 0])
+    assert set(alone["seeds"]) == {1} and alone[["low", "high"]].isna().all().all()
 
 
-def test_low_data_edges_judge_the_smallest_fraction_against_full_data():
+def test_low_data_table_reads_each_rivals_edge_per_fraction():
     bpc = {  # (variant, fraction) -> test bpc over three seeds
         ("matroidal m=2d", 0.01): [2.50, 2.51, 2.49], ("dot", 0.01): [2.70, 2.72, 2.68],
         ("dense", 0.01): [2.50, 2.52, 2.48], ("matroidal m=2d", 1.0): [2.00, 2.01, 1.99],
@@ -258,13 +268,14 @@ def test_low_data_edges_judge_the_smallest_fraction_against_full_data():
          "precision": "float32", "part": "main" if f == 1.0 else "low data"}
         for (v, f), xs in bpc.items() for i, x in enumerate(xs)
     ])  # fmt: skip
-    edges = low_data_edges(summary)
-    verdict, res = edges["dot"]  # dot minus matroidal: +0.20 at 1%, 0 on all the text
-    assert verdict.startswith("HELD") and res[0.01][0] == pytest.approx(0.20)
-    assert res[0.01][1] > 0 and res[1.0][0] == pytest.approx(0.0)
-    assert edges["dense"][0] == "DID NOT HOLD at this budget"
-    assert low_data_edges(summary[summary["fraction"] == 1.0]) == {}
-    assert "Against dot product (distance" in low_data_verdict(summary).splitlines()[1]
+    table = low_data_table(summary).set_index(["rival", "fraction"])
+    assert list(table.index) == [("dense", 0.01), ("dense", 1.0), ("dot", 0.01), ("dot", 1.0)]
+    dot = table.loc[("dot", 0.01)]  # dot minus matroidal: +0.20 at 1%, 0 on all the text
+    assert dot["difference"] == pytest.approx(0.20) and dot["low"] > 0 and dot["seeds"] == 3
+    assert table.loc[("dot", 1.0), "difference"] == pytest.approx(0.0, abs=1e-12)
+    assert table.loc[("dense", 0.01), "low"] < 0 < table.loc[("dense", 0.01), "high"]
+    full = low_data_table(summary[summary["fraction"] == 1.0])
+    assert list(full["fraction"]) == [1.0, 1.0]
 
 
 def test_export_writes_a_summary_the_tables_can_read(tmp_path, monkeypatch):

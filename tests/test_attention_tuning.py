@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 from test_attention_study import TINY, _garbage_test_split
 
+from structattn_lite import claims
 from structattn_lite.config import PROFILES
 from structattn_lite.data import fallback_corpus
 from structattn_lite.records import RunRecord, RunStore, config_dict
 from structattn_lite.studies.attention import experiment as st
-from structattn_lite.studies.attention import grids
-from structattn_lite.studies.attention import tuning_report as tr
-from structattn_lite.studies.attention.report import rate_drift
-from structattn_lite.studies.attention.tuning_report import edge_check_verdict, tuning_table
+from structattn_lite.studies.attention import grids, tables
+from structattn_lite.studies.attention import report as tr
+from structattn_lite.studies.attention.report import rate_drift, tuning_table
 
 
 def test_tuning_never_reads_the_test_split():
@@ -117,10 +117,6 @@ def test_the_edge_check_tunes_past_the_sweep_and_never_enters_the_choice(monkeyp
     assert table.loc["dot", "past the edge (check)"] == "0.004 better by 0.400"
     assert table.loc["dense", "past the edge (check)"] == "choice holds"
     assert "past the edge (check)" not in tuning_table(runs)  # every rate is the sweep
-    verdict = edge_check_verdict(runs, (1e-3, 2e-3))
-    assert "ptb: 1 of 2 variants (by 0.400 val bpc)" in verdict
-    assert "For 1 of them the best is the highest rate checked (0.004)" in verdict
-    assert edge_check_verdict(runs, (1e-3, 2e-3, 4e-3)).startswith("No rates past")
 
 
 def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_path):
@@ -144,23 +140,34 @@ def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_pa
 
 
 def test_first_sweep_records_load_beside_the_current_ones(tmp_path, monkeypatch):
-    from structattn_lite.studies.attention import report
-
-    first = report.load_summary("long", sweep="first")  # committed: every final at 0.006
+    first = tables.load_summary("long", sweep="first")  # committed: every final at 0.006
     finals = first[~first["tuning"].astype(bool)]
     assert len(finals) and set(finals["lr"]) == {6e-3}
-    runs = report.load_committed_histories("long", "first")
+    runs = tables.load_committed_histories("long", "first")
     assert {r.config["seed"] for r in runs if r.config["read_test"]} == set(finals["seed"])
-    assert report.load_committed_histories("committed", "first") == []  # no histories kept
-    pd.testing.assert_frame_equal(tr.load_first_sweep(), report.load_summary("committed", "first"))
+    assert tables.load_committed_histories("committed", "first") == []  # no histories kept
+    pd.testing.assert_frame_equal(tr.load_first_sweep(), tables.load_summary("committed", "first"))
     with pytest.raises(ValueError, match=r"sweep='second' is not allowed; choose one of"):
-        report.load_summary("long", sweep="second")
+        tables.load_summary("long", sweep="second")
     with pytest.raises(ValueError, match=r"grid='quick' is not allowed; choose one of"):
-        report.load_summary("quick", sweep="first")
+        tables.load_summary("quick", sweep="first")
     # a grid whose files are not there loads as None / no runs, whichever the sweep
     monkeypatch.setattr("structattn_lite.config.results_dir", lambda: tmp_path)
-    assert report.load_summary("long", sweep="first") is None
-    assert report.load_committed_histories("long", "current") == []
+    assert tables.load_summary("long", sweep="first") is None
+    assert tables.load_committed_histories("long", "current") == []
+
+
+def test_each_part_shows_the_ledger_rows_it_decides_and_the_floors_of_its_text():
+    ledger = claims.ledger()
+    low = tr.ledger_rows(ledger, "low_data")
+    assert list(low["id"]) == ["attention/low_data/dense", "attention/low_data/dot"]
+    assert set(tr.ledger_rows(ledger, "stable", "digits")["id"]) == {
+        "attention/stable/nonfinite", "attention/stable/bfloat16", "attention/digits"}  # fmt: skip
+    assert tr.ledger_rows(ledger, "no_such_row").empty
+    floors = {"valid": {"bigram": 3.3}, "test": {"bigram": 3.4}}
+    text_and_digits = pd.DataFrame({"dataset": ["ptb", "digits"]})
+    assert tr.floors_for(text_and_digits, "ptb", floors) is floors
+    assert tr.floors_for(text_and_digits, "fallback", floors) is None
 
 
 def test_rate_drift_names_runs_trained_at_rates_their_source_grid_no_longer_chooses():
@@ -169,11 +176,11 @@ def test_rate_drift_names_runs_trained_at_rates_their_source_grid_no_longer_choo
                              "tuning": False, "part": part})  # fmt: skip
 
     long = runs({"dot": 6e-3, "matroidal m=2d": 6e-3})
-    assert rate_drift(long, runs({"dot": 6e-3, "matroidal m=2d": 6e-3})) == ""
-    assert rate_drift(long, None) == ""
-    text = rate_drift(long, pd.concat([runs({"dot": 2.4e-2}), runs({"matroidal m=2d": 6e-3}),
-                                       runs({"matroidal m=2d": 1e-3}, "low data")]))  # fmt: skip
-    assert "dot ran at 0.006, now 0.024" in text and "matroidal" not in text
+    assert rate_drift(long, runs({"dot": 6e-3, "matroidal m=2d": 6e-3})).empty
+    assert rate_drift(long, None).empty
+    moved = rate_drift(long, pd.concat([runs({"dot": 2.4e-2}), runs({"matroidal m=2d": 6e-3}),
+                                        runs({"matroidal m=2d": 1e-3}, "low data")]))  # fmt: skip
+    assert moved.values.tolist() == [["dot", 6e-3, 2.4e-2]]  # the low-data rate never enters
 
 
 def test_rate_transfer_reads_the_finals_validation_at_both_sweeps_rates():
@@ -199,16 +206,22 @@ def test_rate_transfer_reads_the_finals_validation_at_both_sweeps_rates():
     assert table.loc["dense", "on validation"] == "0.024 better"
     assert table.loc["dense", "current minus first"].startswith("-0.300 [")
     assert table.loc["matroidal m=2d", "on validation"] == "same rate"
-    verdict = tr.rate_transfer_verdict(table.reset_index(), current)
-    assert verdict.startswith("Over the finals' 1,000 steps, the rate the 600-step tuning runs")
-    assert "better on validation than the first sweep's for 1 of 2 variants (dense)" in verdict
-    assert "worse for 1 (dot)" in verdict and "no difference was shown for 0" in verdict
-    assert tr.rate_transfer_verdict(pd.DataFrame(), current).startswith("No final runs")
-    # one seed at the current rate: no interval, counted apart from "no difference shown"
+    # one seed at the current rate: no interval, apart from "no difference shown"
     one = current[~((current["variant"] == "dot") & (current["seed"] > 0))]
-    verdict = tr.rate_transfer_verdict(tr.rate_transfer_table(first, one), one)
-    assert "worse for 0 (none)" in verdict and "no difference was shown for 0" in verdict
-    assert "1 (dot) had one seed at a rate, too few for an interval." in verdict
+    table = tr.rate_transfer_table(first, one).set_index("variant")
+    assert table.loc["dot", "on validation"] == "no interval"
+    assert table.loc["dot", "current minus first"].endswith("[+nan, +nan] (n=1)")
+    assert table.loc["dense", "on validation"] == "0.024 better"
+
+
+def test_the_sweep_history_sets_each_committed_grids_two_sweeps_side_by_side():
+    history = tr.sweep_history()  # the committed records: every first-sweep final at 0.006
+    assert set(history.index.get_level_values("grid")) == set(grids.FIRST_SWEEP_CSV)
+    steps = {g: s for g, s, _ in history.index}
+    assert steps == {g: grids.GRIDS[g]["recipe"]["max_steps"] for g in grids.FIRST_SWEEP_CSV}
+    assert set(history["first sweep: rate"]) == {"0.006"}
+    long = history.loc["long"].reset_index("steps", drop=True)  # every variant of both
+    assert set(long.index) == set(tables.main_finals(tables.load_summary("long"))["variant"])
 
 
 def test_best_known_keeps_each_variant_at_its_better_rate_on_validation():

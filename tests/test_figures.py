@@ -62,7 +62,7 @@ def attention_records():
 
 
 def _attention_summary():
-    from structattn_lite.studies.attention.report import summarize
+    from structattn_lite.studies.attention.tables import summarize
 
     return summarize(attention_records())
 

@@ -149,8 +149,7 @@ def variant_key(cfg: Config | dict) -> str:
 
 def build_task(cfg: Config, corpus=None, device: str = "cpu"):
     """(task, model): the data a run reads (on ``device``) and its freshly initialised model."""
-    from structattn_lite.studies.attention.images import ImageTask
-    from structattn_lite.studies.attention.lm_task import LMTask
+    from structattn_lite.studies.attention.tasks import ImageTask, LMTask
 
     opts = attention_options(cfg)
     if cfg.dataset in IMAGE_DATASETS:
@@ -336,7 +335,7 @@ def _tuned_variants(name: str) -> list[Config]:
 
 def edge_grid(name: str) -> list[Config]:
     """Tuning runs at the grid's ``edge_lrs``, rates past its sweep: they check whether the
-    sweep's edge capped a variant's choice and never enter it (``tuning_report``)."""
+    sweep's edge capped a variant's choice and never enter it (``report.tuning_table``)."""
     spec = GRIDS[cfgmod.check_choice("grid", name, GRIDS)]
     return [with_recipe(c, lr=lr) for c in _tuned_variants(name) for lr in spec.get("edge_lrs", ())]
 
@@ -386,7 +385,7 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """The committed compact results: one CSV row per run (summary) and the histories."""
     from structattn_lite.records import export_histories
-    from structattn_lite.studies.attention.report import summarize
+    from structattn_lite.studies.attention.tables import summarize
 
     runs_name, histories_name = COMMITTED_CSV[cfgmod.check_choice("grid", grid, COMMITTED_CSV)]
     out = cfgmod.results_dir()

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
-from structattn_lite.studies.attention.report import float32_finals
+from structattn_lite.studies.attention.tables import float32_finals
 
 NOTEBOOK = "02_attention"
 

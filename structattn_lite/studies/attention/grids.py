@@ -74,7 +74,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # 0.006-0.048; that sweep's finals are kept in ``FIRST_SWEEP_CSV``. No ``edge_lrs``
     # (rates past the top, trained after the finals, never entering the choice) this
     # time: the finals of both sweeps showed the 600-step schedule's choice is not the
-    # full budget's for dot (``tuning_report.rate_transfer_table``), so the cores went
+    # full budget's for dot (``report.rate_transfer_table``), so the cores went
     # to the finals instead.
     "committed": {
         "seeds": (0, 1, 2, 3, 4), "lrs": (6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
@@ -138,7 +138,7 @@ COMMITTED_CSV = {
 # grid -> (runs, histories or None): the committed grids' records from the first sweep
 # (rates 0.003/0.006; every variant kept 0.006), kept beside the current ones when the
 # sweep was widened: their finals are the numbers at that rate, so
-# ``tuning_report.rate_transfer_table`` can say whether the short schedule's choice holds
+# ``report.rate_transfer_table`` can say whether the short schedule's choice holds
 # at 1,000 steps (committed) and at 8,000 (long).
 FIRST_SWEEP_CSV = {
     "committed": ("attention_runs_first_sweep.csv", None),
@@ -146,7 +146,7 @@ FIRST_SWEEP_CSV = {
 }
 SWEEPS = ("current", "first")
 # The recipe's target on these machines: dot product at or below this validation bpc
-# within about 30 core-minutes (issue 11); ``report.budget_table`` reads it off the runs.
+# within about 30 core-minutes (issue 11); ``tables.budget_table`` reads it off the runs.
 RECIPE_TARGET_BPC = 1.75
 # Runs on a fraction of the text stop after this many evaluations without a new best.
 LOW_DATA_PATIENCE = 3

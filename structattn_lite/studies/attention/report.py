@@ -1,10 +1,20 @@
-"""Tables of the attention study, from run records.
+"""What notebook 02 shows, from the records: the tables that compare (variant against
+variant, one learning rate against another) and the notebook's steps, so each of its
+cells is a short call into this module. ``tables`` holds the run summary and what each
+variant measured, ``figures`` the plots; the verdicts on the card's hypothesis are the
+ledger's (``structattn_lite.claims``), and these tables are the numbers beside them.
 
-``summarize`` turns records into one row per run (the committed CSV is this table);
-every table below reads that summary, so the notebook renders committed grids without
-retraining, and ``verdicts`` puts the comparisons into words. Intervals are 95% Student-t
-intervals over seeds; differences between two variants use Welch's t interval.
-Language-model tables carry the n-gram floors.
+Between variants: the contrasts the study was built for (``contrast_table``), each
+rival's edge per fraction of the text (``low_data_table``) and what bfloat16 costs
+(``precision_table``), all on test bpc of the final runs.
+
+Between rates: a grid's ``lrs`` are its sweep, and each variant keeps the rate with the
+best validation number among them (``experiment.choose_lrs``); ``edge_lrs`` are tuning
+runs on the same terms at rates past the sweep, trained after the finals, which never
+change the choice but show whether the sweep's edge capped it (``tuning_table``). The
+committed grids kept their first sweep's final runs, so whether a rate chosen over a
+short tuning schedule also wins over the finals' budget is read from the final runs of
+two sweeps (``rate_transfer_table``; the notebook's appendix, ``sweep_history``).
 """
 
 from __future__ import annotations
@@ -14,297 +24,333 @@ import math
 import numpy as np
 import pandas as pd
 
-from structattn_lite import stats
-from structattn_lite.records import RunRecord
-from structattn_lite.stats import welch_difference
-from structattn_lite.studies.attention.grids import (
-    COMMITTED_CSV,
-    FIRST_SWEEP_CSV,
-    RECIPE_TARGET_BPC,
-    SWEEPS,
-    part,
+from structattn_lite.data import FALLBACK_LABEL, load_corpus
+from structattn_lite.models.attention_checks import gradient_agreement
+from structattn_lite.report import grid_markdown, save_figure
+from structattn_lite.studies.attention.experiment import (
+    resolve_dataset,
+    run_grid,
+    tuning_grid,
+)
+from structattn_lite.studies.attention.figures import (
+    plot_fraction_sweep,
+    plot_grad_norms,
+    plot_learning_curves,
+    plot_pruning,
+    plot_weight_histograms,
+    run_browser,
+)
+from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, GRIDS, IMAGE_DATASETS
+from structattn_lite.studies.attention.tables import (
+    budget_table,
+    difference,
+    finals,
+    float32_finals,
+    fraction_table,
+    grid_caption,
+    interval,
+    load_committed_histories,
+    load_summary,
+    main_finals,
+    measurement_table,
+    pruning_table,
+    summarize,
+    t_half_width,
+)
+from structattn_lite.studies.attention.tasks import floor_table
+
+__all__ = [  # what the notebook calls, defined here or in tables and figures
+    "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
+    "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
+    "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
+    "profile_plan", "pruning_table", "rate_drift", "run_browser", "run_profile", "summarize",
+    "sweep_history", "tuning_table",
+]  # fmt: skip
+DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
+
+# --- between variants ----------------------------------------------------------------
+
+# (variant, against, what the pair isolates): the comparisons the study was built for
+CONTRASTS = (
+    ("matroidal m=2d", "dense", "matroidal vs dense, both with the seed's shared projection"),
+    ("matroidal m=2d (sep q/k)", "matroidal m=2d", "separate q/k vs shared z (matroidal)"),
+    ("dense (sep q/k)", "dense", "separate q/k vs shared z (dense)"),
+    ("matroidal m=2d", "dot", "matroidal (shared z) vs dot"),
+    ("matroidal m=2d (sep q/k)", "dot", "matroidal (separate q/k) vs dot"),
 )
 
-PARAM_KEYS = ("params_total", "params_attention", "params_metric")
-FLOP_KEYS = ("flops_fast", "flops_reference", "flops_analytic", "flops_pairwise")
-AUDIT_KEYS = ("nonfinite_logits", "underflow_rows", "zero_rows", "neg_sq_dist", "fast_ref_gap")
-FAST_KEYS = ("rows", "nonfinite", "saturated_rows", "max_abs_logit", "fallbacks", "calls")
-LEVEL = 0.95
-GRID_KEYS = ("d_model", "n_heads", "n_layers", "block_size", "batch_size")
 
-
-def summarize(records: list[RunRecord]) -> pd.DataFrame:
-    """One row per run: final numbers, stability, counters, size, cost."""
+def contrast_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The contrasts of the main part that both sides ran: test bpc of ``against`` minus
+    ``variant`` (positive: ``variant`` better), its 95% Welch t interval and the smaller
+    seed count (one seed: no interval, NaN)."""
+    main = main_finals(summary)
     rows = []
-    for r in records:
-        c, x, h = r.config, r.extra, r.history
-        final, recipe = x.get("final", {}), c["recipe"]
-        var = x.get("grad_norm_var", {})
-        row = {
-            "variant": x.get("variant", c["kind"]), "part": part(c), "dataset": c["dataset"],
-            "kind": c["kind"], "m": c["m"], "shared_qk": c["shared_qk"] if c["kind"] != "dot" else None,
-            "fraction": c["data_fraction"], "precision": recipe["precision"], "seed": c["seed"],
-            "lr": recipe["lr"], "tuning": not c["read_test"], "status": r.status,
-            "stop": x.get("stop"), "steps": x.get("steps"), "best_step": x.get("best_step"),
-            "train_bpc": h["train_bpc"].iloc[-1] if "train_bpc" in h and len(h) else math.nan,
-            **{k: final.get(k, math.nan) for k in ("val_bpc", "test_bpc", "val_loss",
-                                                    "val_acc", "test_loss", "test_acc")},
-            **{f"gnv_{k}": v for k, v in var.items()},
-            **{f"fast_{k}": x.get("fast_path", {}).get(k, math.nan) for k in FAST_KEYS},
-            **{f"audit_{k}": x.get("audit", {}).get(k, math.nan) for k in AUDIT_KEYS},
-            **{k: x.get(k, math.nan) for k in (*PARAM_KEYS, *FLOP_KEYS)},
-            "attn_ms": x.get("attn_ms", math.nan),
-            "attn_time_vs_dot": x.get("attn_time_vs_dot", math.nan),
-            "metric_drift": _metric_drift(c, x.get("weights")),
-            "seconds": x.get("seconds", math.nan), "cpu_seconds": x.get("cpu_seconds", math.nan),
-            **{k: c[k] for k in GRID_KEYS}, "max_steps": recipe["max_steps"],
-            "warmup_steps": recipe["warmup_steps"],
-        }  # fmt: skip
-        for p in x.get("pruning", []):  # validation after pruning a share of the columns
-            if p["fraction"] > 0 and "val_bpc" in p:
-                row[f"prune_kept_{p['fraction']:g}"] = p["kept"]
-                row[f"prune_val_bpc_{p['fraction']:g}"] = p["val_bpc"]
-        rows.append(row)
-    return pd.DataFrame(rows)
+    for a, b, what in CONTRASTS:
+        x, y = (main[main["variant"] == v]["test_bpc"] for v in (a, b))
+        if len(x) and len(y):
+            rows.append([what, a, b, *difference(x, y)])
+    return pd.DataFrame(rows, columns=["contrast", "variant", "against", *DIFFERENCE])
 
 
-def _committed_file(grid: str, sweep: str, which: int):
-    """The path of a committed grid's runs (0) or histories (1) file from ``sweep``
-    ("current", or "first": the records kept from the first learning-rate sweep), or
-    None if that sweep kept no such file."""
-    from structattn_lite.config import check_choice, results_dir
-
-    files = COMMITTED_CSV if check_choice("sweep", sweep, SWEEPS) == "current" else FIRST_SWEEP_CSV
-    name = files[check_choice("grid", grid, files)][which]
-    return None if name is None else results_dir() / name
-
-
-def load_summary(grid: str = "committed", sweep: str = "current") -> pd.DataFrame | None:
-    """A committed grid's summary (``data/results/attention_runs.csv`` for ``committed``),
-    or None if it is not there; ``sweep="first"``: its first sweep's runs."""
-    path = _committed_file(grid, sweep, 0)
-    return pd.read_csv(path) if path is not None and path.exists() else None
-
-
-def load_committed_histories(grid: str = "committed", sweep: str = "current") -> list[RunRecord]:
-    """A committed grid's learning curves as records (empty if not there)."""
-    from structattn_lite.records import load_histories
-
-    path = _committed_file(grid, sweep, 1)
-    return load_histories(path) if path is not None and path.exists() else []
-
-
-def budget_table(records: list[RunRecord], target: float = RECIPE_TARGET_BPC) -> pd.DataFrame:
-    """Per final language-model run: the first evaluation at or below ``target``
-    validation bpc (step and core-minutes of training then), and the best it reached."""
+def low_data_table(summary: pd.DataFrame, structured: str = "matroidal m=2d") -> pd.DataFrame:
+    """The structured metric's edge over each rival at each fraction of the text: rival
+    minus structured test bpc of the float32 final runs (positive: structured better),
+    95% Welch t. The hypothesis asks for a larger edge at the smallest fraction than on
+    all the text; the ledger's ``attention/low_data`` rows decide it on validation."""
+    sub = float32_finals(summary)
     rows = []
-    for r in records:
-        h, c = r.history, r.config
-        if not c.get("read_test") or "val_bpc" not in h or h["val_bpc"].isna().all():
-            continue
-        below = h[h["val_bpc"] <= target]
-        first = below.iloc[0] if len(below) else None
-        best = h.loc[h["val_bpc"].idxmin()]
-        rows.append({
-            "variant": r.extra.get("variant", c["kind"]), "seed": c["seed"],
-            f"step at <= {target} val bpc": int(first["step"]) if first is not None else "not reached",
-            "core-minutes then": round(first["cpu_seconds"] / 60, 1) if first is not None else "",
-            "best val bpc": round(float(best["val_bpc"]), 3), "at step": int(best["step"]),
-            "steps": int(h["step"].max()), "core-minutes in all": round(h["cpu_seconds"].max() / 60, 1),
-        })  # fmt: skip
-    return pd.DataFrame(rows)
+    for rival in ("dense", "dot"):
+        for fraction, at in sub.groupby("fraction"):
+            x, y = (at[at["variant"] == v]["test_bpc"] for v in (structured, rival))
+            if len(x) and len(y):
+                rows.append([rival, fraction, *difference(x, y)])
+    return pd.DataFrame(rows, columns=["rival", "fraction", *DIFFERENCE])
 
 
-def grid_caption(summary: pd.DataFrame, sweep=None) -> str:
-    """The grid a table came from, read from the runs: seeds and steps per part, model,
-    tuning (the rates a variant chose among: ``sweep``, or every tuned rate when None;
-    others are the edge check). Printed under every committed table."""
-    fin = finals(summary)
-    parts = []
-    for (name, fraction), g in fin.groupby(["part", "fraction"], sort=False):
-        seeds = g.groupby("variant")["seed"].nunique()
-        spread = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
-        steps = "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
-        label = f"{name} ({fraction:.0%} of the text)" if name == "low data" else name
-        parts.append(
-            f"{label}: {g['variant'].nunique()} variant(s) × {spread} seed(s), {steps} steps"
+def precision_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """What bfloat16 autocast costs each variant of the stability part: its test bpc minus
+    the same variant's float32 run of the main part on the same seed (same initialisation
+    and data order; positive: bfloat16 worse), 95% paired t over those seeds (one seed:
+    no interval, NaN)."""
+    sub = finals(summary)
+    sub = sub[sub["part"].isin(["main", "stability"]) & (sub["fraction"] == 1.0)]
+    rows = []
+    for variant in sub[sub["precision"] == "bfloat16"]["variant"].unique():
+        runs = sub[sub["variant"] == variant].pivot_table(
+            index="seed", columns="precision", values="test_bpc"
         )
-    lm = fin[~fin["dataset"].isin(["digits", "cifar10"])]
-    model = (
-        f"d_model {lm['d_model'].iloc[0]}, {lm['n_heads'].iloc[0]} heads, "
-        f"{lm['n_layers'].iloc[0]} layers, context {lm['block_size'].iloc[0]}, "
-        f"batch {lm['batch_size'].iloc[0]}"
-        if len(lm)
-        else "no language-model runs"
-    )
-    tun = summary[summary["tuning"].astype(bool) & summary["dataset"].isin(fin["dataset"])]
-    swept = tun["lr"].isin(sweep) if sweep is not None else tun["lr"].notna()
-    rates = "/".join(f"{v:g}" for v in sorted(tun.loc[swept, "lr"].unique()))
-    past = "/".join(f"{v:g}" for v in sorted(tun.loc[~swept, "lr"].unique()))
-    edge = f"; rates {past} checked past the sweep's edge (never chosen)" if past else ""
-    steps = {
-        what: "/".join(str(int(v)) for v in sorted(g["max_steps"].unique()))
-        for what, g in tun.groupby(tun["dataset"].isin(["digits", "cifar10"]).map(
-            {False: "text", True: "images"}))
-    }  # fmt: skip
-    over = ", ".join(f"{what} over {n} steps" for what, n in steps.items())
-    return (
-        "; ".join(parts)
-        + f"; {model}; rates {rates} tuned per variant on validation ({over}){edge}; "
-        + "test read once per final run"
-    )
+        diffs = (runs["bfloat16"] - runs["float32"]).dropna()
+        d = float(diffs.mean())
+        half = t_half_width(diffs) if len(diffs) > 1 else math.nan
+        rows.append([variant, d, d - half, d + half, len(diffs)])
+    return pd.DataFrame(rows, columns=["variant", *DIFFERENCE])
 
 
-def rate_drift(summary: pd.DataFrame, source: pd.DataFrame | None) -> str:
-    """In words, when a grid that keeps another grid's rates (``rates_from``) was trained at
-    rates that grid no longer chooses: each variant's rate in ``summary`` against the rate
-    of its main-comparison finals in ``source``. Empty when they agree."""
+# --- between rates -------------------------------------------------------------------
+
+
+def _validation(summary: pd.DataFrame) -> pd.DataFrame:
+    """Mean best validation number of each tuning cell, variant by peak rate."""
+    tun = summary[summary["tuning"].astype(bool)].copy()
+    image = tun["dataset"].isin(IMAGE_DATASETS)
+    tun["valid"] = np.where(image, tun["val_loss"], tun["val_bpc"])
+    tun["what"] = np.where(image, "val loss", "val bpc")
+    return tun.pivot_table(index=["dataset", "variant", "what"], columns="lr", values="valid")
+
+
+def _swept(table: pd.DataFrame, sweep) -> list[float]:
+    return [lr for lr in table.columns if sweep is None or any(np.isclose(lr, sweep))]
+
+
+def _edge_check(table: pd.DataFrame, sweep) -> pd.DataFrame:
+    """Per variant: the kept rate's number, the best rate past the sweep, and the gain
+    (positive when that rate beat the kept one); empty when no rate lies past it."""
+    swept = _swept(table, sweep)
+    past = table.drop(columns=swept)
+    if past.empty:
+        return pd.DataFrame()
+    kept = table[swept].min(axis=1)
+    best_lr = past.idxmin(axis=1)
+    return pd.DataFrame({"kept": kept, "best_lr": best_lr, "gain": kept - past.min(axis=1)})
+
+
+def tuning_table(summary: pd.DataFrame, sweep=None) -> pd.DataFrame:
+    """Best validation number of each tuning run, variant by peak rate; * marks the rate
+    each variant keeps (read on validation only, among the ``sweep`` rates: all rates
+    when None). Rates past the sweep are the edge check, in a column of their own."""
+    if not summary["tuning"].astype(bool).any():
+        return pd.DataFrame()
+    table = _validation(summary)
+    in_sweep = _swept(table, sweep)
+    marked = table.astype(object)
+    edge = []
+    for idx, row in table.iterrows():
+        swept = row[in_sweep].dropna()
+        best = swept.min()
+        marked.loc[idx] = [
+            "" if np.isnan(v) else f"{v:.3f}*" if lr in in_sweep and v == best else f"{v:.3f}"
+            for lr, v in row.items()
+        ]
+        at = list(swept.index[swept == best])
+        # a rate chosen at either end of the sweep may not be the best rate there is
+        edge.append(
+            "highest" if at[-1] == swept.index[-1] else "lowest" if at[0] == swept.index[0] else ""
+        )
+    marked["chosen at the sweep's edge"] = edge
+    check = _edge_check(table, sweep)
+    if len(check):
+        marked["past the edge (check)"] = [
+            f"{lr:g} better by {gain:.3f}" if gain > 0 else "choice holds"
+            for lr, gain in zip(check["best_lr"], check["gain"], strict=True)
+        ]
+    return marked.reset_index()
+
+
+def rate_drift(summary: pd.DataFrame, source: pd.DataFrame | None) -> pd.DataFrame:
+    """The variants of a grid that keeps another grid's rates (``rates_from``) trained at a
+    rate that grid no longer chooses: the rate each ran at and the rate of ``source``'s
+    main-comparison finals now. Empty when they agree: rerunning trains at the new ones."""
+    columns = ["variant", "ran at", "chosen now"]
     if source is None:
-        return ""
+        return pd.DataFrame(columns=columns)
     now = main_finals(source).groupby("variant")["lr"].first()
     ran = finals(summary).groupby("variant")["lr"].first()
     moved = [(v, lr, now[v]) for v, lr in ran.items() if v in now and not np.isclose(lr, now[v])]
-    if not moved:
-        return ""
-    pairs = "; ".join(f"{v} ran at {lr:g}, now {new:g}" for v, lr, new in moved)
-    return (
-        f"These runs predate the committed grid's current rates ({pairs}): their rates "
-        "came from an earlier sweep, and rerunning this grid trains at the current ones."
-    )
+    return pd.DataFrame(moved, columns=columns)
 
 
-def pruning_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Validation bpc (95% t interval) after pruning each share of the support columns
-    and a short fine-tune, per matroidal variant of the main comparison."""
-    sub = finals(summary)
-    sub = sub[(sub["part"] == "main") & (sub["kind"] == "matroidal")]
-    cols = [c for c in sub.columns if c.startswith("prune_val_bpc_")]
-    if not len(sub) or not cols:
-        return pd.DataFrame()
+def load_first_sweep() -> pd.DataFrame | None:
+    """The committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
+    the sweep was widened: its final runs are the full-budget numbers at that rate."""
+    return load_summary("committed", sweep="first")
+
+
+def rate_transfer_table(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
+    """Per variant of the main comparison: full-budget validation bpc of the final runs at
+    the first sweep's rate and at the rate the current sweep keeps (mean ± 95% t over
+    seeds), and the difference (current minus first, 95% Welch t; negative: the current
+    rate is better). Reads validation only, as the choice did."""
+    old, new = main_finals(first), main_finals(current)
     rows = []
-    for variant, g in sub.groupby("variant", sort=False):
-        row = {"variant": variant, "unpruned val bpc": interval(g["val_bpc"])}
-        for c in cols:
-            frac = c.removeprefix("prune_val_bpc_")
-            kept = g[f"prune_kept_{frac}"].mean()
-            row[f"drop {float(frac):.0%} (keep {kept:.0%})"] = interval(g[c])
-        rows.append(row)
+    for variant, now in new.groupby("variant", sort=False):
+        before = old[old["variant"] == variant]
+        if before.empty:
+            continue
+        d, lo, hi, n = difference(before["val_bpc"], now["val_bpc"])
+        lr_old, lr_new = before["lr"].iloc[0], now["lr"].iloc[0]
+        if np.isclose(lr_old, lr_new):
+            word = "same rate"
+        elif math.isnan(lo):
+            word = "no interval"
+        else:
+            word = f"{lr_new:g} better" if hi < 0 else f"{lr_old:g} better" if lo > 0 else "no difference shown"  # fmt: skip
+        rows.append({
+            "variant": variant, "first sweep: rate": f"{lr_old:g}",
+            "first sweep: val bpc": interval(before["val_bpc"]), "current: rate": f"{lr_new:g}",
+            "current: val bpc": interval(now["val_bpc"]),
+            "current minus first": f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n})",
+            "on validation": word,
+        })  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def _metric_drift(config: dict, weights) -> float:
-    """Largest relative change of the metric from its start: l_e vs d/2m (matroidal),
-    eigenvalues of M vs 1 + eps (dense); NaN for dot."""
-    if not weights or config["kind"] == "dot":
-        return math.nan
-    d = config["d_model"] // config["n_heads"]
-    w = np.asarray(weights, dtype=float)
-    start = d / (2 * (config["m"] or 2 * d)) if config["kind"] == "matroidal" else 1 + config["eps"]
-    return float(np.abs(w / start - 1).max())
-
-
-def t_half_width(v: pd.Series) -> float:
-    """Half-width of the 95% Student-t interval on the mean of ``v`` (two values or more)."""
-    return stats.t_half_width(float(v.std(ddof=1)), len(v), LEVEL)
-
-
-def interval(values, digits: int = 3) -> str:
-    """ "mean ± half-width (n=k, 95% t)"; one seed has no interval and says so."""
-    v = pd.Series(values, dtype=float).dropna()
-    if not len(v):
-        return "n/a"
-    if len(v) == 1:
-        return f"{v.iloc[0]:.{digits}f} (n=1, no interval)"
-    return f"{v.mean():.{digits}f} ± {t_half_width(v):.{digits}f} (n={len(v)}, 95% t)"
-
-
-def difference(a, b) -> tuple[float, float, float, int]:
-    """mean(b) - mean(a), its 95% Welch interval (low, high), and the smaller n."""
-    a, b = (pd.Series(v, dtype=float).dropna() for v in (a, b))
-    diff, low, high = welch_difference(
-        (b.mean(), b.std(ddof=1), len(b)), (a.mean(), a.std(ddof=1), len(a)), LEVEL
-    )
-    return float(diff), low, high, min(len(a), len(b))
-
-
-def finals(summary: pd.DataFrame) -> pd.DataFrame:
-    """The final runs (tuning runs left out) that finished."""
-    return summary[~summary["tuning"].astype(bool)]
-
-
-def float32_finals(summary: pd.DataFrame, parts=("main", "low data")) -> pd.DataFrame:
-    """The float32 final runs of ``parts`` (by default those the low-data sweep reads)."""
-    fin = finals(summary)
-    return fin[fin["part"].isin(parts) & (fin["precision"] == "float32")]
-
-
-def main_finals(summary: pd.DataFrame) -> pd.DataFrame:
-    """The final runs of the main comparison."""
-    fin = finals(summary)
-    return fin[fin["part"] == "main"]
-
-
-def floor_rows(floors: dict[str, dict[str, float]] | None) -> pd.DataFrame:
-    """The n-gram floors (``floors.floor_table``) as rows with "val bpc" and "test bpc"."""
-    if not floors:
-        return pd.DataFrame()
-    return pd.DataFrame([{"variant": f"{k} floor (add-0.1 {k} model)",
-                          "test bpc": f"{floors['test'][k]:.3f}",
-                          "val bpc": f"{floors['valid'][k]:.3f}"} for k in floors["valid"]])  # fmt: skip
-
-
-def measurement_table(summary: pd.DataFrame, which: str = "main", floors=None) -> pd.DataFrame:
-    """Every measurement per variant of one part ("main", "stability", "digits", ...)."""
-    sub = finals(summary)
-    sub = sub[sub["part"] == which]
-    image = which in ("digits", "cifar10")
-    out = []
-    for variant, g in sub.groupby("variant", sort=False):
-        fast_rows = g["fast_rows"].sum()
-        row = {"variant": variant}
-        if image:
-            row.update({"test acc": interval(g["test_acc"]), "val acc": interval(g["val_acc"]),
-                        "test loss": interval(g["test_loss"])})  # fmt: skip
+def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> pd.DataFrame:
+    """The final float32 runs of ``parts`` with each variant, at each fraction of the
+    text, at the better of its two sweeps' rates on validation (lower mean validation bpc
+    over seeds), with a ``sweep`` column ("first" or "current"): the most tuned numbers
+    the records hold, chosen without the test split. With ``parts=("main", "low data")``
+    the low-data tables can be read at those rates."""
+    old, new = float32_finals(first, parts), float32_finals(current, parts)
+    chosen = []
+    for (variant, fraction), now in new.groupby(["variant", "fraction"], sort=False):
+        before = old[(old["variant"] == variant) & (old["fraction"] == fraction)]
+        if len(before) and before["val_bpc"].mean() < now["val_bpc"].mean():
+            chosen.append(before.assign(sweep="first"))
         else:
-            row.update({"test bpc": interval(g["test_bpc"]), "val bpc": interval(g["val_bpc"])})
-        row.update({
-            "lr (tuned)": f"{g['lr'].iloc[0]:g}",
-            "grad-norm var after warmup": interval(g["gnv_total"], 4),
-            "metric grad-norm var": interval(g.get("gnv_metric", pd.Series(dtype=float)), 5),
-            "grad-norm var by layer (mean)": ", ".join(
-                f"{c[4:]} {g[c].mean():.2g}" for c in g.columns if c.startswith("gnv_layer")
-            ),
-            "max metric drift": interval(g["metric_drift"]),
-            "params total / attention / metric": (
-                f"{int(g['params_total'].iloc[0])} / {int(g['params_attention'].iloc[0])} / "
-                f"{int(g['params_metric'].iloc[0])}"),
-            "attn MFLOPs (kernel width)": f"{g['flops_fast'].iloc[0] / 1e6:.2f}",
-            "attn time / dot (measured)": interval(g["attn_time_vs_dot"], 2),
-            "core-s per run": interval(g["cpu_seconds"], 1),
-            "saturated rows (training)": f"{g['fast_saturated_rows'].sum() / max(fast_rows, 1):.1%}",
-            "non-finite (training)": int(g["fast_nonfinite"].sum()),
-            "fallbacks / calls": f"{int(g['fast_fallbacks'].sum())} / {int(g['fast_calls'].sum())}",
-            "largest |logit| (training)": f"{g['fast_max_abs_logit'].max():.3g}",
-            "audit: max |fast - ref|": f"{g['audit_fast_ref_gap'].max():.1e}",
-            "audit: neg. sq. dist": (f"{int(g['audit_neg_sq_dist'].sum())}"
-                                     if g["audit_neg_sq_dist"].notna().any() else "n/a"),
-            "diverged": int((g["status"] != "ok").sum()),
-        })  # fmt: skip
-        out.append(row)
-    table = pd.DataFrame(out)
-    if not image:  # a floor has a bpc and nothing else: blank, not NaN, in its other cells
-        table = pd.concat([table, floor_rows(floors)], ignore_index=True).fillna("")
-    return table
+            chosen.append(now.assign(sweep="current"))
+    return pd.concat(chosen, ignore_index=True) if chosen else new.assign(sweep=[])
 
 
-def fraction_table(summary: pd.DataFrame, floors=None) -> pd.DataFrame:
-    """Test bpc (95% t interval) per variant and fraction of the training text."""
-    sub = float32_finals(summary)
-    kinds = sub[sub["fraction"] < 1]["variant"].unique()
-    sub = sub[sub["variant"].isin(kinds)]
-    table = sub.groupby(["variant", "fraction"], sort=False)["test_bpc"].apply(interval)
-    table = table.unstack("fraction").reset_index()
-    if floors:
-        for k, v in floors["test"].items():
-            table.loc[len(table)] = [f"{k} floor"] + [f"{v:.3f}"] * (table.shape[1] - 1)
-    return table
+def sweep_history() -> pd.DataFrame:
+    """The appendix: per committed grid that kept its first sweep's final runs, each main
+    variant's validation bpc at the first sweep's rate and at the current one
+    (``rate_transfer_table``), with the finals' budget in steps."""
+    blocks = []
+    for grid in FIRST_SWEEP_CSV:
+        first, current = load_summary(grid, "first"), load_summary(grid)
+        if first is not None and current is not None:
+            steps = int(finals(current)["max_steps"].max())
+            table = rate_transfer_table(first, current)
+            blocks.append(
+                table.assign(grid=grid, steps=steps).set_index(["grid", "steps", "variant"])
+            )
+    return pd.concat(blocks) if blocks else pd.DataFrame()
+
+
+# --- the notebook's steps --------------------------------------------------------------
+
+
+def corpus_floors() -> tuple[str, dict[str, dict[str, float]]]:
+    """The text the language-model runs read ("ptb" when STRUCTATTN_DATA holds it, else
+    the fallback, with a warning) and its n-gram floors (add-0.1 models of the same text)."""
+    dataset = resolve_dataset()
+    return dataset, floor_table(load_corpus(dataset))
+
+
+def corpus_note(dataset: str) -> str:
+    """A loud Markdown banner when the text is not Penn Treebank (empty when it is)."""
+    if dataset == "ptb":
+        return ""
+    return (f"<div style='border:3px solid #c00;padding:8px'><b>{FALLBACK_LABEL}.</b> Penn "
+            "Treebank was not found: the language-model numbers below are on the fallback "
+            "corpus and not comparable to PTB.</div>")  # fmt: skip
+
+
+def ledger_rows(ledger: pd.DataFrame, *names: str) -> pd.DataFrame:
+    """The card's rows of the claims ledger (``claims.ledger()``, which sits above the
+    studies) whose id continues with one of ``names`` (``attention/<name>``): the verdicts
+    a part of the grid decides."""
+    ids = ledger["id"].str.removeprefix("attention/")
+    return ledger[ledger["study"].eq("attention") & ids.str.startswith(names)]
+
+
+def floors_for(summary: pd.DataFrame, dataset: str, floors: dict) -> dict | None:
+    """``floors`` when the summary's language-model runs are on ``dataset``'s text (the
+    floors belong under the tables of that text only), else None."""
+    text = set(summary["dataset"]) - set(IMAGE_DATASETS)
+    return floors if text == {dataset} else None
+
+
+def caption(summary: pd.DataFrame, grid: str) -> str:
+    """The grid a table came from (``tables.grid_caption``), with the rates its variants
+    chose among, in Markdown."""
+    return f"*Grid:* {grid_caption(summary, GRIDS[grid].get('lrs'))}."
+
+
+def gradient_table() -> pd.DataFrame:
+    """The fast path's float32 gradients against a float64 reference, per metric kind,
+    shared or separate projections, input scale and tau (the large logits)."""
+    cases = [("matroidal", {"m": 32}), ("dense", {}), ("matroidal", {"m": 32, "shared_qk": False}),
+             ("dense", {"shared_qk": False})]  # fmt: skip
+    rows = []
+    for kind, opts in cases:
+        label = kind + ("" if opts.get("shared_qk", True) else " (sep q/k)")
+        for scale, tau in [(1, 4.0), (1, 0.05), (30, 0.05)]:
+            rows.append({"kind": label, "input scale": scale, "tau": tau,
+                         **gradient_agreement(kind, opts, scale, tau)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def profile_plan(profile: str) -> str:
+    """The tuning runs of a profile's grid, in Markdown."""
+    return grid_markdown(tuning_grid(profile), title=f"Tuning runs of {profile!r}")
+
+
+def run_profile(profile: str) -> list:
+    """A profile's grid, trained here (or reloaded from the run store): every variant at
+    every peak rate on its tuning seed, then every seed at the rate its variant kept."""
+    return run_grid(profile, threads=1)
+
+
+def profile_figures(records: list, profile: str, dataset: str, floors: dict) -> dict:
+    """The figures of a profile's own runs, each saved under reports/<profile>/: learning
+    curves of the full-text float32 finals (with the bigram and trigram floors) and of
+    the digits, their gradient norms, and, where those runs exist, the low-data sweep, the
+    learned matroidal weights and pruning."""
+    final = [r for r in records if r.config["read_test"] and r.config["data_fraction"] == 1.0
+             and r.config["dataset"] == dataset and r.config["recipe"]["precision"] == "float32"]  # fmt: skip
+    digits = [r for r in records if r.config["dataset"] == "digits" and r.config["read_test"]]
+    mat = [r for r in final if r.config["kind"] == "matroidal" and r.status == "ok"]
+    summary = summarize(records)
+    valid = {k: v for k, v in floors["valid"].items() if k != "unigram"}
+    figures = {"learning_curves": plot_learning_curves(final, floors=valid),
+               "digits_learning_curves": plot_learning_curves(digits, metric="val_loss"),
+               "grad_norms": plot_grad_norms(final, group="total")}  # fmt: skip
+    if (summary["part"] == "low data").any():
+        figures["fraction_sweep"] = plot_fraction_sweep(summary)
+    if mat:
+        figures |= {"learned_weights": plot_weight_histograms(mat), "pruning": plot_pruning(mat)}
+    for name, fig in figures.items():
+        save_figure(fig, "02_attention", name, profile=profile, corpus=dataset)
+    return figures
