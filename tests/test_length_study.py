@@ -253,13 +253,13 @@ def test_the_authors_export_replaces_the_runs_it_holds_and_keeps_the_others(tmp_
     configs = ls.grid("authors")
     runs = {(c.task, c.model, c.seed): c for c in configs}
     first = [ls.run_length(c, progress=False) for c in configs if c.seed == 1]
-    (path,) = results.export(first, grid="authors")
+    (path,) = ls.export(first, grid="authors")
     again = ls.run_length(runs[("mod3", "lstm", 0)], progress=False)
-    results.export([again], grid="authors")
+    ls.export([again], grid="authors")
     table = pd.read_csv(path)
     ids = table[["seed", "task", "model"]].drop_duplicates().apply(tuple, axis=1).tolist()
     assert ids == [(0, "mod3", "lstm"), *[(1, c.task, c.model) for c in configs if c.seed == 1]]
     kept = table[table["seed"] == 1].reset_index(drop=True)
-    fresh = pd.read_csv(results.export(first, grid="authors")[0])
+    fresh = pd.read_csv(ls.export(first, grid="authors")[0])
     assert kept.equals(fresh[fresh["seed"] == 1].reset_index(drop=True))  # unchanged rows
     assert len(fresh) == len(table)  # exporting runs again replaces their rows

@@ -116,7 +116,7 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
 
 def floor_frame(corpus) -> pd.DataFrame:
     """The n-gram floors of ``corpus`` as rows (split, model, bpc), for the export."""
-    from structattn_lite.studies.attention.floors import floor_table
+    from structattn_lite.studies.attention.tasks import floor_table
 
     return pd.DataFrame([{"split": split, "model": name, "bpc": round(bpc, 4)}
                          for split, row in floor_table(corpus).items()

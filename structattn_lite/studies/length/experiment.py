@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -300,7 +301,15 @@ def grid(name: str, store=None) -> list[LengthRun]:
 
 Config = LengthRun
 run = run_length
-export = results.export
+grid_runs = grid  # for export, whose parameter ``grid`` (a name) shadows the function
+
+
+def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
+    """``results.export``, in the grid's order where its committed rows are kept."""
+    order = grid_runs(grid) if grid in results.GROWN_ACROSS_SESSIONS else None
+    return results.export(records, grid, order=order)
+
+
 curves_frame = results.curves_frame
 
 

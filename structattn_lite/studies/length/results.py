@@ -90,18 +90,18 @@ GROWN_ACROSS_SESSIONS = ("authors",)
 RUN_ID = ["task", "model", "protocol", "seed"]
 
 
-def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
-    """Write the runs' curves at the kept lengths to data/results (one row per run and length)."""
-    from structattn_lite.studies.length.experiment import grid as grid_configs
-
+def export(records: list[RunRecord], grid: str = "committed", order=None) -> list[Path]:
+    """Write the runs' curves at the kept lengths to data/results (one row per run and
+    length); ``order`` (the grid's configs) keeps, for a grid grown across sessions, the
+    committed runs that ``records`` do not hold."""
     curves = curves_frame(last_pass(records)).assign(grid=grid)
     curves = curves[curves["length"].isin(KEPT_LENGTHS)]
     path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)]
     path.parent.mkdir(parents=True, exist_ok=True)
     metrics = ["seq_acc", "unseen_acc", "all_acc", "final_test_acc", "final_val_seq_acc"]
     curves = curves.assign(**{m: curves[m].round(4) for m in metrics if m in curves})
-    if grid in GROWN_ACROSS_SESSIONS:
-        order = [tuple(getattr(c, k) for k in RUN_ID) for c in grid_configs(grid)]
-        curves = keep_committed_rows(path, curves, RUN_ID, order)
+    if grid in GROWN_ACROSS_SESSIONS and order is not None:
+        ids = [tuple(getattr(c, k) for k in RUN_ID) for c in order]
+        curves = keep_committed_rows(path, curves, RUN_ID, ids)
     curves.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
     return [path]
