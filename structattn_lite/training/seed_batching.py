@@ -59,12 +59,16 @@ def _without_seed(cfg) -> str:
     return config_hash("group", dataclasses.replace(cfg, seed=0))
 
 
-def run_csp_stacked(configs: Sequence, progress: bool = False, device: str = "cpu") -> list:
+def run_csp_stacked(
+    configs: Sequence, progress: bool = False, device: str = "cpu", checkpoint=None
+) -> list:
     """``run_csp`` for configs equal but for their seed, trained together; one record each.
 
     Records are keyed and filled as ``run_csp`` keys and fills them (plus ``seed_batched``,
     the number of seeds trained together), so a ``RunStore`` serves either path's records.
     A model with no stacked form (the baselines) runs one seed at a time through ``run_csp``.
+    ``checkpoint``, a ``stacked=True`` plan, checkpoints the stacked unit; seeds run one at
+    a time do not checkpoint (one file cannot hold several runs).
     """
     from structattn_lite.models import count_parameters
     from structattn_lite.records import RunRecord
@@ -136,7 +140,7 @@ def run_csp_stacked(configs: Sequence, progress: bool = False, device: str = "cp
         k = cfg0.hold_perfect
         return k is not None and len(rows) >= k and all(r.get("val_acc") == 1.0 for r in rows[-k:])
 
-    trainer = StackedTrainer(stacked, loss_fn, cfg0.optim)
+    trainer = StackedTrainer(stacked, loss_fn, cfg0.optim, checkpoint=checkpoint)
     generators = [torch.Generator().manual_seed(c.seed) for c in configs]
     start = time.perf_counter()
     results = trainer.fit(cfg0.epochs, batches, evaluate, generators, stop_when=held_perfect)

@@ -8,8 +8,8 @@ history rows with ``Trainer``'s keys. The loss is the *sum* of the per-seed mean
 so seed s's parameters get exactly seed s's gradient; Adam is elementwise, so one Adam
 over the stacked tensors is S Adams, given one learning rate per seed (``StackedAdam``).
 
-Like ``Trainer``, it checkpoints every few epochs (``checkpoint_path=``, or an enclosing
-``checkpointing(path, every, stacked=True)`` block) and a later ``fit`` resumes from the
+Like ``Trainer``, it checkpoints every few epochs (``checkpoint_path=``, or a
+``checkpoint=`` plan made with ``stacked=True``) and a later ``fit`` resumes from the
 checkpoint, ending exactly as an uninterrupted run.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,16 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structattn_lite.config import check_int
 from structattn_lite.training.checkpoint import (
     CheckpointPlan,
-    active_plan,
     load_matching_checkpoint,
     model_shapes,
     plain,
     rng_state,
-    save_checkpoint,
     set_rng_state,
+    trainer_plan,
 )
 from structattn_lite.training.trainer import OptimConfig, TrainResult
 
@@ -192,7 +189,7 @@ class StackedTrainer:
     seed; ``evaluate(model)`` returns one metrics dict per seed. ``fit`` returns one
     ``TrainResult`` per seed, with the rows and per-step gradient norms ``Trainer`` logs.
 
-    ``checkpoint_path`` (or an enclosing ``checkpointing(..., stacked=True)`` block) makes
+    ``checkpoint_path`` (or a ``checkpoint`` plan made with ``stacked=True``) makes
     ``fit`` save every ``checkpoint_every`` epochs, resume from a checkpoint it finds
     there, and delete it once the run ends.
     """
@@ -204,6 +201,7 @@ class StackedTrainer:
         optim: OptimConfig | None = None,
         checkpoint_path: str | os.PathLike | None = None,
         checkpoint_every: int = 1,
+        checkpoint: CheckpointPlan | None = None,
     ):
         self.model, self.loss_fn = model, loss_fn
         self.optim = optim or OptimConfig()
@@ -213,11 +211,9 @@ class StackedTrainer:
             self.params, self.optim.lr, self.n_seeds, weight_decay=self.optim.weight_decay
         )
         self.active = torch.ones(self.n_seeds, dtype=torch.bool)
-        if checkpoint_path is not None:
-            check_int("checkpoint_every", checkpoint_every, minimum=1)
-            self.plan = CheckpointPlan(Path(checkpoint_path), checkpoint_every, stacked=True)
-        else:
-            self.plan = active_plan(stacked=True)
+        self.plan = trainer_plan(
+            checkpoint, checkpoint_path, checkpoint_every, True, "StackedTrainer"
+        )
         self.epoch = 0
         self.rows: list[list[dict]] = [[] for _ in range(self.n_seeds)]
         self.step_norms: list[list[float]] = [[] for _ in range(self.n_seeds)]
@@ -301,7 +297,7 @@ class StackedTrainer:
             self._epoch(batches, evaluate, generators, stop_when)
             plan = self.plan
             if plan and self.active.any() and self.epoch < epochs and self.epoch % plan.every == 0:
-                save_checkpoint(plan.path, self.state(generators, epochs))
+                plan.save(self.state(generators, epochs))
         if self.plan:
             self.plan.path.unlink(missing_ok=True)  # the run is over: its records say the rest
         return [

@@ -115,8 +115,13 @@ def evaluation_row(labels: str, train: tuple, test: tuple, val: tuple) -> dict[s
     return row
 
 
-def run_csp(cfg: CSPRun, callbacks=(), progress: bool = True, device: str = "cpu") -> RunRecord:
-    """Train one config from its seed; the history is identical for identical configs."""
+def run_csp(
+    cfg: CSPRun, callbacks=(), progress: bool = True, device: str = "cpu", checkpoint=None
+) -> RunRecord:
+    """Train one config from its seed; the history is identical for identical configs.
+
+    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) makes the run checkpoint
+    and resume from a checkpoint it finds."""
     data = build_data(cfg)
     # Moved once: batches and evaluations index tensors already on the device.
     x_train, y_train, x_test, y_test, x_val, y_val = (
@@ -148,7 +153,9 @@ def run_csp(cfg: CSPRun, callbacks=(), progress: bool = True, device: str = "cpu
         k = cfg.hold_perfect
         return k is not None and len(rows) >= k and all(r.get("val_acc") == 1.0 for r in rows[-k:])
 
-    trainer = Trainer(model, loss_fn, cfg.optim, callbacks=callbacks, progress=progress)
+    trainer = Trainer(
+        model, loss_fn, cfg.optim, callbacks=callbacks, progress=progress, checkpoint=checkpoint
+    )
     start = time.perf_counter()
     result = trainer.fit(
         cfg.epochs,

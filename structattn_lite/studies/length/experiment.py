@@ -183,7 +183,7 @@ def fixed_protocol_data(cfg: LengthRun):
 
 
 def run_length(
-    cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu"
+    cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu", checkpoint=None
 ) -> RunRecord:
     """Train one model under one protocol, then score it at every length."""
     task = make_task(cfg.task, **cfg.task_options)
@@ -234,7 +234,12 @@ def run_length(
     if x_val is not None:
         x_val, y_val = x_val.to(device), y_val.to(device)
     trainer = Trainer(
-        model, lambda m, x, y: loss(m(x), y), cfg.optim, callbacks=callbacks, progress=progress
+        model,
+        lambda m, x, y: loss(m(x), y),
+        cfg.optim,
+        callbacks=callbacks,
+        progress=progress,
+        checkpoint=checkpoint,
     )
     start = time.perf_counter()
     result = trainer.fit(
@@ -304,7 +309,9 @@ export = results.export
 curves_frame = results.curves_frame
 
 
-def run_seeds(configs: list[LengthRun], progress: bool = False, device: str = "cpu"):
+def run_seeds(
+    configs: list[LengthRun], progress: bool = False, device: str = "cpu", checkpoint=None
+):
     """``run_length`` for configs equal but for their seed, trained together as one stacked
     model (``training.seed_batching``); one record per seed, as ``run_length`` makes it.
 
@@ -362,7 +369,9 @@ def run_seeds(configs: list[LengthRun], progress: bool = False, device: str = "c
     def fitted(rows):
         return fit_reached(rows, cfg0)
 
-    trainer = StackedTrainer(stacked, lambda m, x, y: loss(m(x), y), cfg0.optim)
+    trainer = StackedTrainer(
+        stacked, lambda m, x, y: loss(m(x), y), cfg0.optim, checkpoint=checkpoint
+    )
     generators = [torch.Generator().manual_seed(c.seed) for c in configs]
     start = time.perf_counter()
     results = trainer.fit(cfg0.epochs, batches, evaluate, generators, stop_when=fitted)
