@@ -22,7 +22,6 @@ from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.training.checkpoint import (
@@ -38,62 +37,24 @@ from structattn_lite.training.trainer import OptimConfig, TrainResult
 
 # --- per-seed losses, gradient norms and Adam ------------------------------------------
 
-IGNORE_INDEX = -100
-
-
-def _labelled_mean(per: torch.Tensor, labelled: torch.Tensor) -> torch.Tensor:
-    """Per-seed mean over labelled positions of per [S, M]; 0 for a seed with none."""
-    count = labelled.sum(1)
-    total = (per * labelled).sum(1)
-    return torch.where(count > 0, total / count.clamp_min(1), total * 0.0)
-
-
-def _focal_class(logits, target, gamma=2.0, alpha=0.25):
-    from torchvision.ops import sigmoid_focal_loss
-
-    margin = logits[..., 1] - logits[..., 0]
-    per = sigmoid_focal_loss(
-        margin, (target == 1).to(margin.dtype), alpha=alpha, gamma=gamma, reduction="none"
-    )
-    return _labelled_mean(per, target != IGNORE_INDEX)
-
-
-def _ce(logits, target):
-    flat = logits.reshape(-1, logits.shape[-1])
-    ce = F.cross_entropy(flat, target.reshape(-1), reduction="none", ignore_index=IGNORE_INDEX)
-    return ce.view(target.shape)
-
-
-def _focal_constant(logits, target, gamma=2.0, alpha=0.25):
-    ce = _ce(logits, target)
-    return _labelled_mean(alpha * (1 - torch.exp(-ce)) ** gamma * ce, target != IGNORE_INDEX)
-
-
-_VECTORISED = {  # name -> (per-seed loss on [S, M, C] / [S, M], classes it needs or None)
-    "focal": (_focal_class, 2),
-    "focal_constant": (_focal_constant, None),
-    "ce": (lambda lg, y: _labelled_mean(_ce(lg, y), y != IGNORE_INDEX), None),
-    "ce_all_positions": (lambda lg, y: _ce(lg, y).mean(1), None),
-}
-
 
 def per_seed_loss(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``losses.get_loss(name)`` applied to each seed: logits [S, ..., C], y [S, ...] -> [S].
 
-    Known losses are computed for all seeds at once; any other loops over the seeds.
+    The per-position terms are ``losses``' own (``losses.TERMS``), computed for all seeds
+    at once and averaged once per seed.
     """
-    from structattn_lite.training.losses import get_loss
+    from structattn_lite.training.losses import IGNORE_INDEX, TERMS, check_binary, get_loss, reduce
 
-    single = get_loss(name)  # also validates the name
-    vectorised, classes = _VECTORISED.get(name, (None, None))
+    get_loss(name)  # validates the name
+    terms, average = TERMS[name]
 
     def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         n_seeds = logits.shape[0]
-        if vectorised is None or (classes is not None and logits.shape[-1] != classes):
-            return torch.stack([single(logits[s], target[s]) for s in range(n_seeds)])
-        return vectorised(
-            logits.reshape(n_seeds, -1, logits.shape[-1]), target.reshape(n_seeds, -1)
-        )
+        if name == "focal":
+            check_binary(logits.shape[-1])
+        per = terms(logits.reshape(n_seeds, -1, logits.shape[-1]), target.reshape(n_seeds, -1))
+        return reduce(per, target.reshape(n_seeds, -1) != IGNORE_INDEX, average, dim=1)
 
     return loss
 
