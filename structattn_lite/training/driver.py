@@ -27,8 +27,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from structattn_lite.records import RunRecord
+from structattn_lite.records import RunRecord, config_hash
 from structattn_lite.training.checkpoint import CheckpointPlan
+from structattn_lite.training.losses import get_loss
+from structattn_lite.training.metrics import predict
+from structattn_lite.training.seed_batching import stack_models, unstack_model
+from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
 from structattn_lite.training.trainer import Trainer
 
 
@@ -98,9 +102,6 @@ def run_alone(
     checkpoint: CheckpointPlan | None = None,
 ) -> RunRecord:
     """Train one config on a ``Trainer`` from its seed; identical setups, identical runs."""
-    from structattn_lite.training.losses import get_loss
-    from structattn_lite.training.metrics import predict
-
     cfg, bs = setup.cfg, setup.cfg.batch_size
     # Moved once: batches and evaluations index tensors already on the device.
     t = {k: None if v is None else v.to(device) for k, v in setup.tensors.items()}
@@ -153,8 +154,6 @@ def run_alone(
 
 
 def _without_seed(cfg) -> str:
-    from structattn_lite.records import config_hash
-
     return config_hash("group", dataclasses.replace(cfg, seed=0))
 
 
@@ -176,9 +175,6 @@ def run_together(
     ``checkpoint`` is a ``stacked=True`` plan. ``eval_chunk``: strings per seed in one
     evaluation pass.
     """
-    from structattn_lite.training.seed_batching import stack_models, unstack_model
-    from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
-
     configs = list(configs)
     if len({_without_seed(c) for c in configs}) > 1:
         raise ValueError("seeds trained together need configs that differ only in their seed")
@@ -219,7 +215,7 @@ def run_together(
             idx = orders[:, i : i + bs]
             yield x_train[seeds, idx], y_train[seeds, idx]
 
-    def predict(model, x, y):
+    def predict_seeds(model, x, y):
         """Predictions and targets per seed, at the last position only if only it is scored."""
         if last_only:
             return model.predict(x, eval_chunk, last=True)[..., None], y[..., -1:]
@@ -229,7 +225,7 @@ def run_together(
         preds = {}
         for name in first.evals:
             x, y = t.get(f"x_{name}"), t.get(f"y_{name}")
-            preds[name] = predict(model, x, y) if _present(x, 1) else (None, None)
+            preds[name] = predict_seeds(model, x, y) if _present(x, 1) else (None, None)
         return [
             s.score({k: (p[i], y[i]) if p is not None else (p, y) for k, (p, y) in preds.items()})
             for i, s in enumerate(setups)

@@ -166,12 +166,6 @@ def fit_stop(cfg: LengthRun) -> ValidationStop | None:
     return ValidationStop("val_seq_acc", cfg.stop_at_fit, cfg.fit_patience)
 
 
-def fit_reached(rows: list[dict], cfg: LengthRun) -> bool:
-    """Whether ``rows`` meet the fit-stop of ``cfg`` (never, without one)."""
-    stop = fit_stop(cfg)
-    return stop is not None and stop(rows)
-
-
 def fixed_protocol_data(cfg: LengthRun):
     """The fixed protocol's strings of one run: its training length, a label per prefix."""
     return make_dataset(
