@@ -202,14 +202,8 @@ def _pruning(model, task, cfg: Config, loss_fn) -> list[dict[str, float]]:
     return out
 
 
-def run(
-    config: Config,
-    progress: bool = True,
-    callbacks=(),
-    device: str = "cpu",
-    corpus=None,
-    checkpoint=None,
-) -> RunRecord:
+def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu", corpus=None,
+        checkpoint=None) -> RunRecord:  # fmt: skip
     """Train one config from its seed; identical configs give identical histories.
 
     ``corpus`` replaces the language-model corpus (tests pass a doctored one);
