@@ -36,12 +36,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from structattn_lite.models import build_model
 from structattn_lite.training.losses import get_loss
-from structattn_lite.training.seed_batching import (
-    StackedTrainer,
-    per_seed_loss,
-    run_csp_stacked,
-    stack_models,
-)
+from structattn_lite.training.seed_batching import run_csp_stacked, stack_models
+from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
 from structattn_lite.training.state_tracking import CSPRun, run_csp
 from structattn_lite.training.trainer import OptimConfig, Trainer
 
@@ -212,12 +208,10 @@ def interleaved_fit_seconds(variants, reps):
     The runs time their fit with time.perf_counter; here it reads this thread's CPU time
     instead, which other processes on a shared machine do not inflate.
     """
-    import structattn_lite.training.seed_batching as stacked_runs
-    import structattn_lite.training.state_tracking as single_runs
+    import structattn_lite.training.driver as driver  # times both paths' fits
 
     clock = types.SimpleNamespace(perf_counter=time.thread_time)
-    saved = single_runs.time, stacked_runs.time
-    single_runs.time = stacked_runs.time = clock
+    saved, driver.time = driver.time, clock
     try:
         times = {name: [] for name in variants}
         for _ in range(reps):
@@ -225,7 +219,7 @@ def interleaved_fit_seconds(variants, reps):
                 records = fn()
                 times[name].append(records[0].extra["seconds"] * len(records))
     finally:
-        single_runs.time, stacked_runs.time = saved
+        driver.time = saved
     return times
 
 

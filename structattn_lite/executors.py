@@ -1,15 +1,16 @@
 """Where a grid's runs execute: in this process, or as tasks on a Ray cluster.
 
-``execute(run_one, configs, experiment=...)`` calls ``run_one(config) -> RunRecord`` for
-every config and yields ``(config, record)`` as runs finish, ``config`` being the very
-object passed in (or what ``claim`` made of it). A run that raises becomes a record with status "failed" and the error
-as its reason; a run that diverges already returns its own "diverged" record; either way
-the other runs go on. An item may also be a list of configs (seeds trained together)
-for which ``run_one`` returns a list of records; if it raises, each config gets a
-"failed" record. Cache look-ups and store writes stay with the caller (``runs.sweep``),
-on the driver, and so does claiming a run: ``claim(item)`` is called just before a local
-item runs (so several processes can share one grid), or for every item before any Ray
-task starts.
+``execute(run_one, configs, experiment=...)`` calls ``run_one(config, checkpoint=plan)
+-> RunRecord`` for every config (``plan`` a ``training.checkpoint.CheckpointPlan``, or
+None when the run does not checkpoint) and yields ``(config, record)`` as runs finish,
+``config`` being the very object passed in (or what ``claim`` made of it). A run that
+raises becomes a record with status "failed" and the error as its reason; a run that
+diverges already returns its own "diverged" record; either way the other runs go on. An
+item may also be a list of configs (seeds trained together) for which ``run_one``
+returns a list of records; if it raises, each config gets a "failed" record. Cache
+look-ups and store writes stay with the caller (``runs.sweep``), on the driver, and so
+does claiming a run: ``claim(item)`` is called just before a local item runs (so several
+processes can share one grid), or for every item before any Ray task starts.
 
 With ``executor="ray"`` each config is one Ray task, so ``run_one`` and the configs are
 pickled to the workers: ``run_one`` must be a module-level function of an importable
@@ -31,12 +32,12 @@ from tqdm.auto import tqdm
 
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.records import RunRecord, StoreError, config_dict, config_hash
-from structattn_lite.training.checkpoint import checkpointing
+from structattn_lite.training.checkpoint import checkpoint_plan
 from structattn_lite.training.trainer import few_threads
 
 EXECUTORS = ("local", "ray")
 
-RunOne = Callable[[Any], RunRecord]
+RunOne = Callable[..., RunRecord]  # run_one(item, checkpoint=plan or None)
 CheckpointFor = Callable[[Any], "str | Path | None"]
 Claim = Callable[[Any], Any]  # item -> what of it to run now, or None to skip it
 HeartbeatFor = Callable[[Any], "Callable[[], None] | None"]  # item -> called per checkpoint
@@ -76,19 +77,20 @@ def run_guarded(
     checkpoint_every: int = 0,
     heartbeat: Callable[[], None] | None = None,
 ) -> RunRecord | list[RunRecord]:
-    """One run with its thread count and checkpoint plan; an exception becomes a record,
-    except a StoreError of the whole store (a full disk), which no other run escapes.
+    """``run_one(item, checkpoint=plan)`` with its thread count and checkpoint plan; an
+    exception becomes a record, except a StoreError of the whole store (a full disk),
+    which no other run escapes.
 
     A list of seeds trained together checkpoints through its ``StackedTrainer`` (a
-    ``stacked`` plan, which a per-seed fallback Trainer ignores). ``heartbeat()`` is
-    called after each checkpoint is saved.
+    ``stacked`` plan, which a per-seed fallback Trainer is never given). ``heartbeat()``
+    is called after each checkpoint is saved.
     """
     stacked = isinstance(item, (list, tuple))
     path = checkpoint_for(item) if checkpoint_for is not None else None
-    checkpoints = checkpointing(path, checkpoint_every, stacked=stacked, heartbeat=heartbeat)
     try:
-        with few_threads(threads), checkpoints:
-            return run_one(item)
+        plan = checkpoint_plan(path, checkpoint_every, stacked=stacked, heartbeat=heartbeat)
+        with few_threads(threads):
+            return run_one(item, checkpoint=plan)
     except StoreError as err:
         if err.store_wide:
             raise
@@ -127,7 +129,7 @@ def execute(
     - ``cpus_per_run`` / ``gpus_per_run``: Ray resources of one task; a fraction of a GPU
       packs several small runs on one device. Ray hides GPUs from tasks that ask for none.
     - ``checkpoint_for(config) -> path`` and ``checkpoint_every``: where each run
-      checkpoints (see ``training.checkpoint.checkpointing``); on a cluster the path is on
+      checkpoints (see ``training.checkpoint.checkpoint_plan``); on a cluster the path is on
       the worker's disk, so a retried run resumes only on a shared file system.
     - ``claim(config) -> config | None``: what of an item to run now (a list of seeds may
       come back shorter), or None to skip it; the item yielded is what it returned. The

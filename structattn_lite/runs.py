@@ -41,11 +41,15 @@ def run_unit(
     device: str = "cpu",
     progress: bool = False,
     callbacks: Sequence[Any] = (),
+    checkpoint: Any = None,
 ) -> RunRecord | list[RunRecord]:
-    """Train one work unit: a config, or a list of configs equal but for their seed."""
+    """Train one work unit: a config, or a list of configs equal but for their seed;
+    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan`` or None) goes to the study."""
     if isinstance(unit, list):
-        return list(study.run_seeds(unit, progress=progress, device=device))
-    return study.run(unit, progress=progress, callbacks=callbacks, device=device)
+        return list(study.run_seeds(unit, progress=progress, device=device, checkpoint=checkpoint))
+    return study.run(
+        unit, progress=progress, callbacks=callbacks, device=device, checkpoint=checkpoint
+    )
 
 
 def checkpoint_path(root: Path, experiment: str, unit: Any) -> Path:

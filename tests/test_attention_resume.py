@@ -11,7 +11,7 @@ from test_resume import kill_after_first_checkpoint
 
 from structattn_lite.studies.attention import experiment as st
 from structattn_lite.studies.attention.recipe import Recipe
-from structattn_lite.training.checkpoint import checkpointing
+from structattn_lite.training.checkpoint import checkpoint_plan
 from structattn_lite.training.trainer import few_threads
 
 # About 2 s on one thread: long enough to kill mid-run. Matroidal, so the metric
@@ -46,8 +46,9 @@ class StopAtEvaluation:
 
 def train_attention(checkpoint: str | None, callbacks=()):
     """What the subprocess runs (and the test runs in-process to compare)."""
-    with few_threads(1), checkpointing(checkpoint, every=1):
-        return st.run(RUN, progress=False, callbacks=callbacks)
+    with few_threads(1):
+        plan = checkpoint_plan(checkpoint, every=1)
+        return st.run(RUN, progress=False, callbacks=callbacks, checkpoint=plan)
 
 
 def same_run(got, want) -> None:
@@ -91,5 +92,7 @@ def test_checkpointing_needs_the_batch_generator(tmp_path):
     from structattn_lite.studies.attention.recipe import train
 
     task, model = st.build_task(RUN)
-    with checkpointing(tmp_path / "x.ckpt"), pytest.raises(ValueError, match="batch.generator"):
-        train(model, lambda m, b: m(b[0]).sum(), lambda step: None, task.evaluate, RUN.recipe)
+    plan = checkpoint_plan(tmp_path / "x.ckpt")
+    with pytest.raises(ValueError, match="batch.generator"):
+        train(model, lambda m, b: m(b[0]).sum(), lambda step: None, task.evaluate, RUN.recipe,
+              checkpoint=plan)  # fmt: skip

@@ -49,11 +49,11 @@ GRID = [
 ]
 
 
-def run_or_fail(cfg: CSPRun):
+def run_or_fail(cfg: CSPRun, checkpoint=None):
     """A study's run, except that seed 13 raises (module level: Ray pickles it)."""
     if cfg.seed == 13:
         raise RuntimeError("seed 13 is unlucky")
-    return run_csp(cfg, progress=False)
+    return run_csp(cfg, progress=False, checkpoint=checkpoint)
 
 
 def comparable(record) -> dict:
@@ -133,7 +133,7 @@ def test_ray_gives_the_local_records(ray_instance, local_records, tmp_path):
     assert not list(tmp_path.glob("*.ckpt"))  # finished runs leave no checkpoint
 
 
-def run_seeds_or_fail(cfgs: list[CSPRun]):
+def run_seeds_or_fail(cfgs: list[CSPRun], checkpoint=None):
     """A unit of seeds trained together (here one after the other)."""
     return [run_or_fail(c) for c in cfgs]
 
@@ -162,7 +162,7 @@ def test_local_executor_claims_each_item_just_before_it_runs():
         events.append(f"claim {item}")
         return None if item == "held" else item.upper()
 
-    def run_one(item):
+    def run_one(item, checkpoint):
         events.append(f"run {item}")
         return f"record {item}"
 
@@ -192,7 +192,7 @@ class ScriptedStudy:
         self.store, self.during, self.marker, self.seconds = store, during, marker, seconds
         self.calls: list[tuple[Job, list[str]]] = []
 
-    def run(self, cfg, progress=False, callbacks=(), device="cpu"):
+    def run(self, cfg, progress=False, callbacks=(), device="cpu", checkpoint=None):
         locks = (self.store.root / self.EXPERIMENT).glob("*.lock")
         self.calls.append((cfg, sorted(p.stem for p in locks)))
         if self.during is not None:
@@ -203,7 +203,7 @@ class ScriptedStudy:
         time.sleep(self.seconds)
         return job_record(cfg)
 
-    def run_seeds(self, cfgs, progress=False, device="cpu"):
+    def run_seeds(self, cfgs, progress=False, device="cpu", checkpoint=None):
         return [self.run(c) for c in cfgs]
 
 

@@ -317,7 +317,7 @@ def test_sweep_rejects_a_config_of_another_study(tmp_path):
 SMOKE = ["run", "grokking", "--profile", "smoke", "--seed", "0", "--epochs", "1"]
 
 
-def fake_run(cfg, progress=False, callbacks=(), device="cpu"):
+def fake_run(cfg, progress=False, callbacks=(), device="cpu", checkpoint=None):
     history = pd.DataFrame({"epoch": [1], "test_acc": [1.0]})
     return RunRecord(EXPERIMENT, config_hash(EXPERIMENT, cfg), config_dict(cfg), history)
 

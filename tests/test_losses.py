@@ -5,11 +5,14 @@ import torch
 import torch.nn.functional as F
 
 from structattn_lite.training.losses import (
+    IGNORE_INDEX,
     LOSSES,
+    TERMS,
     cross_entropy,
     focal_constant,
     focal_loss,
     get_loss,
+    reduce,
 )
 
 
@@ -107,3 +110,20 @@ def test_constant_alpha_accepts_alpha_above_one():
     torch.testing.assert_close(
         focal_constant(logits, target, alpha=2.0), 8 * focal_constant(logits, target, alpha=0.25)
     )
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_each_losss_per_position_terms_average_to_it(name):
+    """The stacked trainer averages ``TERMS`` once per seed (``per_seed_loss``): they must
+    be the very loss ``get_loss`` computes, ignored positions and all."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, 6, 7, 2, generator=g) * 3
+    target = torch.randint(0, 2, (3, 6, 7), generator=g)
+    target[1, :, 4:] = IGNORE_INDEX
+    target[2] = IGNORE_INDEX  # a seed with nothing labelled
+    terms, average = TERMS[name]
+    per = terms(logits.reshape(3, -1, 2), target.reshape(3, -1))
+    got = reduce(per, target.reshape(3, -1) != IGNORE_INDEX, average, dim=1)
+    expected = torch.stack([get_loss(name)(logits[s], target[s]) for s in range(3)])
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    assert expected[2] == 0 or average == "all_positions"

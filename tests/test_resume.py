@@ -29,7 +29,7 @@ from torch import nn
 from structattn_lite.executors import run_guarded
 from structattn_lite.locking import RunLock, RunLockedError
 from structattn_lite.training import checkpoint as ckpt_module
-from structattn_lite.training.checkpoint import checkpointing
+from structattn_lite.training.checkpoint import CheckpointPlan, checkpoint_plan
 from structattn_lite.training.seed_batching import run_csp_stacked
 from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, run_csp
@@ -43,8 +43,8 @@ KILLED = CSPRun(
 
 def train_killed_config(checkpoint: str | None) -> tuple[pd.DataFrame, list[float]]:
     """What the subprocess runs (and the test runs in-process to compare)."""
-    with few_threads(1), checkpointing(checkpoint, every=1):
-        record = run_csp(KILLED, progress=False)
+    with few_threads(1):
+        record = run_csp(KILLED, progress=False, checkpoint=checkpoint_plan(checkpoint, every=1))
     return record.history, record.extra["step_grad_norms"]
 
 
@@ -266,15 +266,44 @@ def test_interrupted_stacked_run_resumes_exactly(schedule, tmp_path):
         assert reference[1].history["lr"].nunique() > 1  # the scheduler state mattered
 
 
-def test_a_plain_trainer_ignores_a_stacked_plan(tmp_path):
+def test_a_plain_trainer_refuses_a_stacked_plan(tmp_path):
+    """A Trainer takes no plan of seeds trained together (nor a StackedTrainer a plan of
+    one run): a plan is for one kind of trainer, so it is never silently ignored."""
+    stacked = checkpoint_plan(tmp_path / "unit.ckpt", every=1, stacked=True)
+    with pytest.raises(ValueError, match="seeds trained together"):
+        Trainer(nn.Linear(5, 2), lambda m, a, b: m(a).sum(), checkpoint=stacked)
+    single = checkpoint_plan(tmp_path / "run.ckpt", every=1)
+    with pytest.raises(ValueError, match="a single run"):
+        StackedTrainer(TwoSeedMLP(), lambda m, a, b: m(a).sum((1, 2)), checkpoint=single)
+    with pytest.raises(ValueError, match="not both"):
+        Trainer(
+            nn.Linear(5, 2), lambda m, a, b: 0, checkpoint_path=tmp_path / "x", checkpoint=single
+        )
+
+
+def test_a_unit_without_a_stacked_form_trains_its_seeds_without_the_units_checkpoint(
+    tmp_path, monkeypatch
+):
     """A unit whose model has no stacked form trains one Trainer per seed: none of them
     may take the unit's checkpoint, or every seed would resume from one file."""
-    optim, path = SCHEDULES["constant"], tmp_path / "unit.ckpt"
-    with pytest.raises(Interrupt):
-        toy_fit(optim, path, callbacks=[StopAt(3)])
-    with checkpointing(path, every=1, stacked=True):
-        result = toy_fit(optim, None)
-    assert result.resumed_from == 0 and path.exists()
+    path = tmp_path / "unit.ckpt"
+    with pytest.raises(Interrupt):  # a checkpoint a seed could wrongly resume from
+        toy_fit(SCHEDULES["constant"], path, callbacks=[StopAt(3)])
+    saved, plans = [], []
+    monkeypatch.setattr(CheckpointPlan, "save", lambda self, state: saved.append(self))
+    init = Trainer.__post_init__
+    monkeypatch.setattr(
+        Trainer, "__post_init__", lambda self: (init(self), plans.append(self.plan))
+    )
+    unit = [
+        CSPRun(task="parity", n=64, length=6, epochs=2, seed=s, model="gru", preset=None,
+               model_options={"d_model": 8, "n_layers": 1})
+        for s in (0, 1)
+    ]  # fmt: skip
+    records = run_csp_stacked(unit, checkpoint=checkpoint_plan(path, every=1, stacked=True))
+    assert [r.status for r in records] == ["ok", "ok"]
+    assert [r.extra.get("seed_batched") for r in records] == [None, None]  # one at a time
+    assert plans == [None, None] and saved == [] and path.exists()
 
 
 def test_resume_needs_the_global_rng_state(tmp_path, monkeypatch):

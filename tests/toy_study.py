@@ -20,7 +20,7 @@ class ToyStudy:
     def __init__(self, fail_on=()):
         self.calls, self.progress, self.fail_on = [], [], set(fail_on)
 
-    def run(self, cfg, progress=False, callbacks=(), device="cpu"):
+    def run(self, cfg, progress=False, callbacks=(), device="cpu", checkpoint=None):
         self.calls.append(cfg)
         self.progress.append(progress)
         if cfg.lr in self.fail_on:

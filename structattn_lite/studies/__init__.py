@@ -1,7 +1,10 @@
 """The studies, one per numbered notebook, each an ``experiment`` (what is run) and a
 ``report`` (tables, figures and widgets from records). They share the contract that
 ``structattn_lite.runs.sweep`` relies on: ``EXPERIMENT``, a frozen, validated config
-class, ``grid(name)``, ``run(config)`` and ``export(records)``.
+class, ``grid(name)``, ``run(config, progress=, callbacks=, device=, checkpoint=)``
+(``checkpoint``: a ``training.checkpoint.CheckpointPlan`` or None, which the sweep passes
+and the study hands to its trainer), optionally ``run_seeds(configs, progress=,
+device=, checkpoint=)`` for configs equal but for their seed, and ``export(records)``.
 """
 
 from __future__ import annotations

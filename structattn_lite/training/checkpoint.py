@@ -8,20 +8,21 @@ mid-write leaves the previous checkpoint intact. A checkpoint that cannot be loa
 set aside (``<name>.corrupt``, with a warning) and the run trains from scratch; one that
 cannot be written (a full disk, a read-only store) raises ``StoreError`` naming it.
 
-Where a run checkpoints is set either on the Trainer (``checkpoint_path=``) or, for a
-study's ``run(config)`` that builds its own Trainer, by the caller around it::
+Where a run checkpoints is a ``CheckpointPlan``, passed explicitly: to a Trainer
+(``checkpoint_path=`` or ``checkpoint=plan``), and to a study's ``run(config,
+checkpoint=plan)``, which hands it to the trainer it builds::
 
-    with checkpointing(store_dir / f"{key}.ckpt", every=5):
-        record = study.run(config)
+    plan = checkpoint_plan(store_dir / f"{key}.ckpt", every=5)
+    record = study.run(config, checkpoint=plan)
 
-Seeds trained together (a study's ``run_seeds``) checkpoint the same way through their
-``StackedTrainer``, under ``checkpointing(path, every, stacked=True)``.
+Seeds trained together (a study's ``run_seeds(configs, checkpoint=plan)``) checkpoint
+the same way through their ``StackedTrainer``, with a ``stacked=True`` plan. The sweep
+(``executors.run_guarded``) builds each unit's plan, with the heartbeat that refreshes
+the unit's locks at each checkpoint.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
 import pickle
 import tempfile
@@ -39,52 +40,65 @@ from structattn_lite.records import StoreError, set_aside
 
 @dataclass(frozen=True)
 class CheckpointPlan:
+    """Where and how often one run (or one unit of seeds trained together) checkpoints."""
+
     path: Path
-    every: int  # epochs between checkpoints
+    every: int = 1  # epochs (evaluations, for the attention recipe) between checkpoints
     stacked: bool = False  # for a StackedTrainer (seeds trained together), not a Trainer
+    heartbeat: Callable[[], None] | None = None  # called after each checkpoint is saved
+
+    def save(self, state: dict[str, Any]) -> Path:
+        """Write ``state`` to the plan's path (atomically), then beat the heartbeat."""
+        path = save_checkpoint(self.path, state)
+        if self.heartbeat is not None:
+            self.heartbeat()
+        return path
 
 
-_ACTIVE: contextvars.ContextVar[CheckpointPlan | None] = contextvars.ContextVar(
-    "structattn_checkpoint", default=None
-)
-_HEARTBEAT: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
-    "structattn_heartbeat", default=None
-)
-
-
-@contextlib.contextmanager
-def checkpointing(
+def checkpoint_plan(
     path: str | os.PathLike | None,
     every: int = 1,
     stacked: bool = False,
     heartbeat: Callable[[], None] | None = None,
-):
-    """Make the Trainers built inside this block checkpoint to ``path`` every ``every`` epochs.
+) -> CheckpointPlan | None:
+    """The plan to checkpoint to ``path`` every ``every`` epochs; None (no checkpoints)
+    when ``path`` is None or ``every`` is 0.
 
-    ``path=None`` or ``every=0`` turns checkpointing off. Meant for one Trainer per run.
     ``stacked=True`` is for a unit of seeds trained together: only a ``StackedTrainer``
-    takes the plan, and a plain ``Trainer`` ignores it, so a unit that falls back to one
-    Trainer per seed never has every seed resume from one file. ``heartbeat()`` is
-    called after each checkpoint is saved (the sweep refreshes the run's lock with it).
+    takes it (a plain ``Trainer`` refuses it), so a unit that falls back to one Trainer
+    per seed never has every seed resume from one file. ``heartbeat()`` is called after
+    each checkpoint is saved (the sweep refreshes the run's lock with it).
     """
     check_int("every", every, minimum=0)
     if not isinstance(stacked, bool):
         raise ValueError(f"stacked must be True or False, got {stacked!r}")
     if heartbeat is not None and not callable(heartbeat):
         raise ValueError(f"heartbeat must be a callable or None, got {heartbeat!r}")
-    plan = CheckpointPlan(Path(path), every, stacked) if path is not None and every > 0 else None
-    token, beat = _ACTIVE.set(plan), _HEARTBEAT.set(heartbeat)
-    try:
-        yield plan
-    finally:
-        _HEARTBEAT.reset(beat)
-        _ACTIVE.reset(token)
+    if path is None or every == 0:
+        return None
+    return CheckpointPlan(Path(path), every, stacked, heartbeat)
 
 
-def active_plan(stacked: bool = False) -> CheckpointPlan | None:
-    """The plan set by the innermost :func:`checkpointing` block for this kind of trainer."""
-    plan = _ACTIVE.get()
-    return plan if plan is not None and plan.stacked == stacked else None
+def trainer_plan(
+    plan: CheckpointPlan | None,
+    path: str | os.PathLike | None,
+    every: int,
+    stacked: bool,
+    trainer: str,
+) -> CheckpointPlan | None:
+    """A trainer's plan from its ``checkpoint_path``/``checkpoint_every`` or ``checkpoint``
+    arguments (not both); a plan of the other kind of trainer is refused."""
+    if path is not None:
+        if plan is not None:
+            raise ValueError(f"{trainer} takes checkpoint_path or checkpoint, not both")
+        check_int("checkpoint_every", every, minimum=1)
+        return CheckpointPlan(Path(path), every, stacked)
+    if plan is not None and not isinstance(plan, CheckpointPlan):
+        raise ValueError(f"checkpoint must be a CheckpointPlan or None, got {plan!r}")
+    if plan is not None and plan.stacked != stacked:
+        kind = "seeds trained together" if plan.stacked else "a single run"
+        raise ValueError(f"{trainer} cannot take a checkpoint plan for {kind}")
+    return plan
 
 
 # --- random state ----------------------------------------------------------------------
@@ -120,8 +134,7 @@ def set_rng_state(state: dict[str, Any], generator: Generators) -> None:
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """``torch.save`` to a temp file beside ``path``, then atomically replace it; then
-    the enclosing :func:`checkpointing` block's heartbeat, if any.
+    """``torch.save`` to a temp file beside ``path``, then atomically replace it.
 
     StoreError (naming ``path``) when it cannot be written: torch reports a full disk as
     a RuntimeError ("enforce fail at inline_container.cc").
@@ -142,9 +155,6 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-    heartbeat = _HEARTBEAT.get()
-    if heartbeat is not None:
-        heartbeat()
     return path
 
 

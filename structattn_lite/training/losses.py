@@ -38,12 +38,54 @@ def _flat(logits: torch.Tensor, target: torch.Tensor):
 
 def _average(per_position: torch.Tensor, labelled: torch.Tensor, average: str) -> torch.Tensor:
     check_choice("average", average, AVERAGES)
+    return reduce(per_position, labelled, average)
+
+
+def reduce(
+    per_position: torch.Tensor, labelled: torch.Tensor, average: str, dim: int | None = None
+) -> torch.Tensor:
+    """The mean of the per-position losses over the labelled positions ("labelled"; none
+    labelled: a zero that keeps the graph) or over all of them ("all_positions"), over
+    everything or along ``dim`` (one mean per seed of a stacked run). It reads nothing
+    back to the host."""
     if average == "all_positions":
-        return per_position.mean()
-    # The mean over labelled positions, without reading anything back to the host
-    # (no labelled position: a zero that keeps the graph).
+        return per_position.mean() if dim is None else per_position.mean(dim)
     labelled = labelled.to(per_position.dtype)
-    return (per_position * labelled).sum() / labelled.sum().clamp(min=1)
+    if dim is None:
+        return (per_position * labelled).sum() / labelled.sum().clamp(min=1)
+    return (per_position * labelled).sum(dim) / labelled.sum(dim).clamp(min=1)
+
+
+def ce_terms(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy at each position, shaped as ``target`` (0 where it is ignored)."""
+    flat = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        target.reshape(-1),
+        reduction="none",
+        ignore_index=IGNORE_INDEX,
+    )
+    return flat.view(target.shape)
+
+
+def focal_constant_terms(
+    logits: torch.Tensor, target: torch.Tensor, gamma: float = 2.0, alpha: float = 0.25
+) -> torch.Tensor:
+    """The authors' focal loss, ``alpha (1 - p_t)^gamma CE``, at each position."""
+    ce = ce_terms(logits, target)
+    return alpha * (1 - torch.exp(-ce)) ** gamma * ce
+
+
+def focal_class_terms(
+    logits: torch.Tensor, target: torch.Tensor, gamma: float = 2.0, alpha: float = 0.25
+) -> torch.Tensor:
+    """Lin et al.'s binary focal loss at each position, on the margin of 2-class logits:
+    softmax over two classes is sigmoid(z1 - z0). Ignored positions are not masked."""
+    from torchvision.ops import sigmoid_focal_loss  # imported here: it costs ~2 s at start-up
+
+    margin = logits[..., 1] - logits[..., 0]
+    return sigmoid_focal_loss(
+        margin, (target == 1).to(margin.dtype), alpha=alpha, gamma=gamma, reduction="none"
+    )
 
 
 def focal_loss(
@@ -61,25 +103,23 @@ def focal_loss(
     flat_logits, flat_target = _flat(logits, target)
     labelled = flat_target != IGNORE_INDEX
     if alpha_mode == "constant":
-        ce = F.cross_entropy(flat_logits, flat_target, reduction="none", ignore_index=IGNORE_INDEX)
-        p_t = torch.exp(-ce)
-        return _average(alpha * (1 - p_t) ** gamma * ce, labelled, average)
-    if flat_logits.shape[-1] != 2:
+        per_position = focal_constant_terms(flat_logits, flat_target, gamma, alpha)
+        return _average(per_position, labelled, average)
+    check_binary(flat_logits.shape[-1], alpha)
+    per_position = focal_class_terms(flat_logits, flat_target, gamma, alpha)
+    return _average(per_position * labelled, labelled, average)
+
+
+def check_binary(n_classes: int, alpha: float = 0.25) -> None:
+    """What the class-alpha focal loss needs: two classes and alpha in [0, 1]."""
+    if n_classes != 2:
         raise ValueError(
             f"focal loss needs a binary target (2 classes) with alpha_mode='class', got "
-            f"{flat_logits.shape[-1]}; use alpha_mode='constant' (loss='focal_constant') or "
+            f"{n_classes}; use alpha_mode='constant' (loss='focal_constant') or "
             "loss='ce'"
         )
     if alpha > 1:
         raise ValueError(f"alpha must lie in [0, 1] with alpha_mode='class', got {alpha}")
-    # softmax over two classes is sigmoid(z1 - z0): the sigmoid focal loss of the margin
-    margin = flat_logits[:, 1] - flat_logits[:, 0]
-    from torchvision.ops import sigmoid_focal_loss  # imported here: it costs ~2 s at start-up
-
-    per_position = sigmoid_focal_loss(
-        margin, (flat_target == 1).to(margin.dtype), alpha=alpha, gamma=gamma, reduction="none"
-    )
-    return _average(per_position * labelled, labelled, average)
 
 
 def focal_constant(logits: torch.Tensor, target: torch.Tensor, **options) -> torch.Tensor:
@@ -91,12 +131,22 @@ def cross_entropy(
 ) -> torch.Tensor:
     """Mean cross-entropy over labelled positions (``average="all_positions"``: the authors')."""
     flat_logits, flat_target = _flat(logits, target)
-    ce = F.cross_entropy(flat_logits, flat_target, reduction="none", ignore_index=IGNORE_INDEX)
+    ce = ce_terms(flat_logits, flat_target)
     return _average(ce, flat_target != IGNORE_INDEX, average)
 
 
 def cross_entropy_all_positions(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return cross_entropy(logits, target, average="all_positions")
+
+
+# name -> (per-position terms, how they are averaged): what ``get_loss(name)`` computes,
+# for a trainer that averages them itself (one mean per seed: ``stacked_trainer``).
+TERMS = {
+    "focal": (focal_class_terms, "labelled"),
+    "focal_constant": (focal_constant_terms, "labelled"),
+    "ce": (ce_terms, "labelled"),
+    "ce_all_positions": (ce_terms, "all_positions"),
+}
 
 
 def get_loss(name: str):

@@ -8,8 +8,8 @@ history rows with ``Trainer``'s keys. The loss is the *sum* of the per-seed mean
 so seed s's parameters get exactly seed s's gradient; Adam is elementwise, so one Adam
 over the stacked tensors is S Adams, given one learning rate per seed (``StackedAdam``).
 
-Like ``Trainer``, it checkpoints every few epochs (``checkpoint_path=``, or an enclosing
-``checkpointing(path, every, stacked=True)`` block) and a later ``fit`` resumes from the
+Like ``Trainer``, it checkpoints every few epochs (``checkpoint_path=``, or a
+``checkpoint=`` plan made with ``stacked=True``) and a later ``fit`` resumes from the
 checkpoint, ending exactly as an uninterrupted run.
 """
 
@@ -18,85 +18,43 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from structattn_lite.config import check_int
 from structattn_lite.training.checkpoint import (
     CheckpointPlan,
-    active_plan,
     load_matching_checkpoint,
     model_shapes,
     plain,
     rng_state,
-    save_checkpoint,
     set_rng_state,
+    trainer_plan,
 )
 from structattn_lite.training.trainer import OptimConfig, TrainResult
 
 # --- per-seed losses, gradient norms and Adam ------------------------------------------
 
-IGNORE_INDEX = -100
-
-
-def _labelled_mean(per: torch.Tensor, labelled: torch.Tensor) -> torch.Tensor:
-    """Per-seed mean over labelled positions of per [S, M]; 0 for a seed with none."""
-    count = labelled.sum(1)
-    total = (per * labelled).sum(1)
-    return torch.where(count > 0, total / count.clamp_min(1), total * 0.0)
-
-
-def _focal_class(logits, target, gamma=2.0, alpha=0.25):
-    from torchvision.ops import sigmoid_focal_loss
-
-    margin = logits[..., 1] - logits[..., 0]
-    per = sigmoid_focal_loss(
-        margin, (target == 1).to(margin.dtype), alpha=alpha, gamma=gamma, reduction="none"
-    )
-    return _labelled_mean(per, target != IGNORE_INDEX)
-
-
-def _ce(logits, target):
-    flat = logits.reshape(-1, logits.shape[-1])
-    ce = F.cross_entropy(flat, target.reshape(-1), reduction="none", ignore_index=IGNORE_INDEX)
-    return ce.view(target.shape)
-
-
-def _focal_constant(logits, target, gamma=2.0, alpha=0.25):
-    ce = _ce(logits, target)
-    return _labelled_mean(alpha * (1 - torch.exp(-ce)) ** gamma * ce, target != IGNORE_INDEX)
-
-
-_VECTORISED = {  # name -> (per-seed loss on [S, M, C] / [S, M], classes it needs or None)
-    "focal": (_focal_class, 2),
-    "focal_constant": (_focal_constant, None),
-    "ce": (lambda lg, y: _labelled_mean(_ce(lg, y), y != IGNORE_INDEX), None),
-    "ce_all_positions": (lambda lg, y: _ce(lg, y).mean(1), None),
-}
-
 
 def per_seed_loss(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``losses.get_loss(name)`` applied to each seed: logits [S, ..., C], y [S, ...] -> [S].
 
-    Known losses are computed for all seeds at once; any other loops over the seeds.
+    The per-position terms are ``losses``' own (``losses.TERMS``), computed for all seeds
+    at once and averaged once per seed.
     """
-    from structattn_lite.training.losses import get_loss
+    from structattn_lite.training.losses import IGNORE_INDEX, TERMS, check_binary, get_loss, reduce
 
-    single = get_loss(name)  # also validates the name
-    vectorised, classes = _VECTORISED.get(name, (None, None))
+    get_loss(name)  # validates the name
+    terms, average = TERMS[name]
 
     def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         n_seeds = logits.shape[0]
-        if vectorised is None or (classes is not None and logits.shape[-1] != classes):
-            return torch.stack([single(logits[s], target[s]) for s in range(n_seeds)])
-        return vectorised(
-            logits.reshape(n_seeds, -1, logits.shape[-1]), target.reshape(n_seeds, -1)
-        )
+        if name == "focal":
+            check_binary(logits.shape[-1])
+        per = terms(logits.reshape(n_seeds, -1, logits.shape[-1]), target.reshape(n_seeds, -1))
+        return reduce(per, target.reshape(n_seeds, -1) != IGNORE_INDEX, average, dim=1)
 
     return loss
 
@@ -192,7 +150,7 @@ class StackedTrainer:
     seed; ``evaluate(model)`` returns one metrics dict per seed. ``fit`` returns one
     ``TrainResult`` per seed, with the rows and per-step gradient norms ``Trainer`` logs.
 
-    ``checkpoint_path`` (or an enclosing ``checkpointing(..., stacked=True)`` block) makes
+    ``checkpoint_path`` (or a ``checkpoint`` plan made with ``stacked=True``) makes
     ``fit`` save every ``checkpoint_every`` epochs, resume from a checkpoint it finds
     there, and delete it once the run ends.
     """
@@ -204,6 +162,7 @@ class StackedTrainer:
         optim: OptimConfig | None = None,
         checkpoint_path: str | os.PathLike | None = None,
         checkpoint_every: int = 1,
+        checkpoint: CheckpointPlan | None = None,
     ):
         self.model, self.loss_fn = model, loss_fn
         self.optim = optim or OptimConfig()
@@ -213,11 +172,9 @@ class StackedTrainer:
             self.params, self.optim.lr, self.n_seeds, weight_decay=self.optim.weight_decay
         )
         self.active = torch.ones(self.n_seeds, dtype=torch.bool)
-        if checkpoint_path is not None:
-            check_int("checkpoint_every", checkpoint_every, minimum=1)
-            self.plan = CheckpointPlan(Path(checkpoint_path), checkpoint_every, stacked=True)
-        else:
-            self.plan = active_plan(stacked=True)
+        self.plan = trainer_plan(
+            checkpoint, checkpoint_path, checkpoint_every, True, "StackedTrainer"
+        )
         self.epoch = 0
         self.rows: list[list[dict]] = [[] for _ in range(self.n_seeds)]
         self.step_norms: list[list[float]] = [[] for _ in range(self.n_seeds)]
@@ -301,7 +258,7 @@ class StackedTrainer:
             self._epoch(batches, evaluate, generators, stop_when)
             plan = self.plan
             if plan and self.active.any() and self.epoch < epochs and self.epoch % plan.every == 0:
-                save_checkpoint(plan.path, self.state(generators, epochs))
+                plan.save(self.state(generators, epochs))
         if self.plan:
             self.plan.path.unlink(missing_ok=True)  # the run is over: its records say the rest
         return [

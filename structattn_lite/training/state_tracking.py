@@ -1,13 +1,14 @@
 """One training run of a small sequence model on a state-tracking task.
 
 ``CSPRun`` is everything that determines a run (its hash keys the cached record);
-``run_csp(config)`` builds the data split and the model from it, trains, and returns a
-``RunRecord``. The grokking and ablation studies both run these.
+``run_csp(config)`` builds the data split and the model from it (``csp_setup``), trains
+it through the state-tracking driver (``training.driver``) and returns a ``RunRecord``
+(``csp_record``). The grokking and ablation studies both run these, one seed at a time
+or seeds together (``seed_batching.run_csp_stacked``).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -17,9 +18,10 @@ from structattn_lite.data.splits import StateTrackingData, make_dataset
 from structattn_lite.data.tasks import LABELS, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
-from structattn_lite.training.losses import LOSSES, get_loss
-from structattn_lite.training.metrics import predict, scores
-from structattn_lite.training.trainer import OptimConfig, Trainer
+from structattn_lite.training.driver import Setup, ValidationStop, run_alone
+from structattn_lite.training.losses import LOSSES
+from structattn_lite.training.metrics import scores
+from structattn_lite.training.trainer import OptimConfig
 
 EXPERIMENT = "csp"
 
@@ -115,56 +117,53 @@ def evaluation_row(labels: str, train: tuple, test: tuple, val: tuple) -> dict[s
     return row
 
 
-def run_csp(cfg: CSPRun, callbacks=(), progress: bool = True, device: str = "cpu") -> RunRecord:
-    """Train one config from its seed; the history is identical for identical configs."""
+def csp_setup(cfg: CSPRun) -> Setup:
+    """The driver's description of one run: its data split, its model from the seed, the
+    rows it logs and its early stop (100% validation accuracy held ``hold_perfect``
+    epochs; never the test split)."""
     data = build_data(cfg)
-    # Moved once: batches and evaluations index tensors already on the device.
-    x_train, y_train, x_test, y_test, x_val, y_val = (
-        t.to(device) if t is not None else None
-        for t in (data.x_train, data.y_train, data.x_test, data.y_test, data.x_val, data.y_val)
-    )
     torch.manual_seed(cfg.seed)
-    model = build_csp_model(cfg, data.n_classes, data.vocab_size).to(device)
-    loss = get_loss(cfg.loss)
-    last_only = cfg.labels == "sequence"
-
-    def loss_fn(m, x, y):
-        logits = m(x)
-        return loss(logits[:, -1], y[:, -1]) if last_only else loss(logits, y)
-
-    def batches(generator):
-        order = torch.randperm(len(x_train), generator=generator).to(device)
-        for i in range(0, len(order), cfg.batch_size):
-            idx = order[i : i + cfg.batch_size]
-            yield x_train[idx], y_train[idx]
-
-    def evaluate(m):
-        val = (predict(m, x_val), y_val) if x_val is not None and len(x_val) else (None, None)
-        return evaluation_row(
-            cfg.labels, (predict(m, x_train), y_train), (predict(m, x_test), y_test), val
-        )
-
-    def held_perfect(rows):  # reads the validation split, never the test split
-        k = cfg.hold_perfect
-        return k is not None and len(rows) >= k and all(r.get("val_acc") == 1.0 for r in rows[-k:])
-
-    trainer = Trainer(model, loss_fn, cfg.optim, callbacks=callbacks, progress=progress)
-    start = time.perf_counter()
-    result = trainer.fit(
-        cfg.epochs,
-        batches,
-        evaluate,
-        torch.Generator().manual_seed(cfg.seed),
-        stop_when=held_perfect,
+    model = build_csp_model(cfg, data.n_classes, data.vocab_size)
+    names = ("x_train", "y_train", "x_test", "y_test", "x_val", "y_val")
+    k = cfg.hold_perfect
+    return Setup(
+        cfg,
+        model,
+        tensors={n: getattr(data, n) for n in names},
+        evals=("train", "test", "val"),
+        score=lambda p: evaluation_row(cfg.labels, p["train"], p["test"], p["val"]),
+        stop=None if k is None else ValidationStop("val_acc", 1.0, k),
+        last_only=cfg.labels == "sequence",
         desc=f"{cfg.task}/{cfg.preset or cfg.model}/s{cfg.seed}",
+        context={"data": data},
     )
-    seconds = time.perf_counter() - start
+
+
+def csp_record(setup: Setup, result, seconds: float, trained_model, **extra) -> RunRecord:
     return RunRecord.from_training(
         EXPERIMENT,
-        cfg,
+        setup.cfg,
         result,
         step_grad_norms=result.step_grad_norms,
-        n_parameters=count_parameters(model),
+        n_parameters=count_parameters(setup.model),
         seconds=seconds,
-        data=data.summary(),
+        data=setup.context["data"].summary(),
+        **extra,
+    )
+
+
+def run_csp(
+    cfg: CSPRun, callbacks=(), progress: bool = True, device: str = "cpu", checkpoint=None
+) -> RunRecord:
+    """Train one config from its seed; the history is identical for identical configs.
+
+    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) makes the run checkpoint
+    and resume from a checkpoint it finds."""
+    return run_alone(
+        csp_setup(cfg),
+        csp_record,
+        callbacks=callbacks,
+        progress=progress,
+        device=device,
+        checkpoint=checkpoint,
     )

@@ -13,7 +13,6 @@ import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -24,13 +23,12 @@ from tqdm.auto import tqdm
 from structattn_lite.config import check_choice, check_int, check_number, resolve_device
 from structattn_lite.training.checkpoint import (
     CheckpointPlan,
-    active_plan,
     load_matching_checkpoint,
     model_shapes,
     plain,
     rng_state,
-    save_checkpoint,
     set_rng_state,
+    trainer_plan,
 )
 
 
@@ -125,8 +123,8 @@ class Trainer:
     elsewhere is moved, which costs a copy per step). Each step synchronises with the
     device once, to read the loss and gradient norm the history and the NaN guard need.
 
-    ``checkpoint_path`` (or an enclosing :func:`~structattn_lite.training.checkpoint.
-    checkpointing` block) makes ``fit`` save every ``checkpoint_every`` epochs, resume
+    ``checkpoint_path`` (or a ``checkpoint`` plan, ``training.checkpoint.CheckpointPlan``)
+    makes ``fit`` save every ``checkpoint_every`` (the plan's ``every``) epochs, resume
     from a checkpoint it finds there, and delete it once the run ends.
     """
 
@@ -138,6 +136,7 @@ class Trainer:
     device: str | torch.device | None = None
     checkpoint_path: str | os.PathLike | None = None
     checkpoint_every: int = 1
+    checkpoint: CheckpointPlan | None = None
 
     def __post_init__(self):
         if self.device is None:
@@ -151,11 +150,9 @@ class Trainer:
         )
         self.scheduler = None  # built by fit, which knows the epoch count cosine needs
         self._scheduler_built = False
-        if self.checkpoint_path is not None:
-            check_int("checkpoint_every", self.checkpoint_every, minimum=1)
-            self.plan = CheckpointPlan(Path(self.checkpoint_path), self.checkpoint_every)
-        else:
-            self.plan = active_plan()
+        self.plan = trainer_plan(
+            self.checkpoint, self.checkpoint_path, self.checkpoint_every, False, "Trainer"
+        )
         self.step_grad_norms: list[float] = []
         self.rows: list[dict[str, Any]] = []
         self.epoch = 0
@@ -264,7 +261,7 @@ class Trainer:
             self.rows.append(row)
             stop = stop_when is not None and stop_when(self.rows)
             if self.plan and not stop and self.epoch < target and self.epoch % self.plan.every == 0:
-                save_checkpoint(self.plan.path, self.state(generator, target))
+                self.plan.save(self.state(generator, target))
             for cb in self.callbacks:
                 cb.on_epoch_end(self, row)
             bar.update(1)

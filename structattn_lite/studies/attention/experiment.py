@@ -201,12 +201,12 @@ def _pruning(model, task, cfg: Config, loss_fn) -> list[dict[str, float]]:
     return out
 
 
-def run(
-    config: Config, progress: bool = True, callbacks=(), device: str = "cpu", corpus=None
-) -> RunRecord:
+def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu", corpus=None,
+        checkpoint=None) -> RunRecord:  # fmt: skip
     """Train one config from its seed; identical configs give identical histories.
 
-    ``corpus`` replaces the language-model corpus (tests pass a doctored one).
+    ``corpus`` replaces the language-model corpus (tests pass a doctored one);
+    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) goes to ``recipe.train``.
     """
     cfg = config
     task, model = build_task(cfg, corpus, device)
@@ -214,7 +214,8 @@ def run(
     monitor = "val_loss" if cfg.dataset in IMAGE_DATASETS else "val_bpc"
     loss_fn = _loss(cfg)
     out = train(model, loss_fn, task.batches(), lambda m: task.evaluate(m, cfg.eval_windows),
-                cfg.recipe, monitor=monitor, callbacks=callbacks, progress=progress)  # fmt: skip
+                cfg.recipe, monitor=monitor, callbacks=callbacks, progress=progress,
+                checkpoint=checkpoint)  # fmt: skip
     history = out.history
     if "train_loss" in history and monitor == "val_bpc":
         history["train_bpc"] = history["train_loss"] / math.log(2)

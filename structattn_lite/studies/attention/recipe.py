@@ -7,9 +7,10 @@ best model (by the validation number ``evaluate`` returns, lower is better) rest
 into ``model``. It reads no data itself: the caller hands it a training batch function
 and a validation function, so the test split cannot leak into any choice made here.
 
-Inside a ``training.checkpoint.checkpointing(path, every)`` block (as a sweep runs it),
-``train`` saves its whole state every ``every`` evaluations and resumes from a
-checkpoint it finds there, ending with the history of an uninterrupted run.
+Given a checkpoint plan (``checkpoint=``, a ``training.checkpoint.CheckpointPlan``, as
+a sweep passes it through ``experiment.run``), ``train`` saves its whole state every
+``every`` evaluations and resumes from a checkpoint it finds there, ending with the
+history of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ from torch import nn
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.models.attention_base import FastPathStats
 from structattn_lite.training.checkpoint import (
-    active_plan,
+    CheckpointPlan,
     load_matching_checkpoint,
     model_shapes,
     rng_state,
-    save_checkpoint,
     set_rng_state,
 )
 
@@ -182,6 +182,7 @@ def train(
     monitor: str = "val_loss",
     callbacks: Sequence[Any] = (),
     progress: bool = False,
+    checkpoint: CheckpointPlan | None = None,
 ) -> Outcome:
     """Train ``model`` in place; the best state by ``evaluate(model)[monitor]`` is restored.
 
@@ -190,6 +191,7 @@ def train(
     nats.
     Callbacks get ``on_batch_end(self, loss, grad_norm)`` and ``on_epoch_end(self, row)``
     (one "epoch" per evaluation, as the study-wide live plot expects).
+    ``checkpoint`` (not a ``stacked`` plan): save every ``checkpoint.every`` evaluations.
     """
     from tqdm.auto import tqdm
 
@@ -204,7 +206,9 @@ def train(
     rows, best_state, since_best = [], None, 0
     out = Outcome(pd.DataFrame(), norms, {})
     losses: list[float] = []
-    plan = active_plan()
+    plan = checkpoint
+    if plan is not None and plan.stacked:
+        raise ValueError("train takes a checkpoint plan for a single run, not a stacked one")
     if plan is not None and not isinstance(getattr(batch, "generator", None), torch.Generator):
         raise ValueError("checkpointing needs batch.generator, the generator batch(step) draws on")
     saved = plan and load_matching_checkpoint(plan.path, device, model, recipe.max_steps)
@@ -272,7 +276,7 @@ def train(
             out.cpu_seconds = time.process_time() - cpu_start
             state = _state(model, optimizer, out, rows, best_state, since_best,
                            batch.generator, recipe.max_steps)  # fmt: skip
-            save_checkpoint(plan.path, state)
+            plan.save(state)
     if plan:
         plan.path.unlink(missing_ok=True)  # the run is over: its record says the rest
     out.seconds = time.perf_counter() - start

@@ -34,9 +34,10 @@ from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
 from structattn_lite.studies.length import results
 from structattn_lite.studies.length.grids import GRIDS, LENGTH_MODELS, MODEL_SIZES, PROTOCOLS
-from structattn_lite.training.losses import LOSSES, get_loss
+from structattn_lite.training.driver import Setup, ValidationStop, run_alone, run_together
+from structattn_lite.training.losses import LOSSES
 from structattn_lite.training.metrics import accuracy, length_scores, predict, scores
-from structattn_lite.training.trainer import OptimConfig, Trainer
+from structattn_lite.training.trainer import OptimConfig
 
 EXPERIMENT = "length"
 SPLITS = ("disjoint", "random")
@@ -158,15 +159,12 @@ def evaluation_row(pred_test, y_test, pred_val=None, y_val=None) -> dict[str, fl
     return row
 
 
-def fit_reached(rows: list[dict], cfg: LengthRun) -> bool:
+def fit_stop(cfg: LengthRun) -> ValidationStop | None:
     """The fit-stop: validation whole-string accuracy at least ``stop_at_fit`` for the
-    last ``fit_patience`` epochs. It reads validation only."""
-    k, level = cfg.fit_patience, cfg.stop_at_fit
-    return (
-        level is not None
-        and len(rows) >= k
-        and all(r.get("val_seq_acc", 0.0) >= level for r in rows[-k:])
-    )
+    last ``fit_patience`` epochs (None: train every epoch). It reads validation only."""
+    if cfg.stop_at_fit is None:
+        return None
+    return ValidationStop("val_seq_acc", cfg.stop_at_fit, cfg.fit_patience)
 
 
 def fixed_protocol_data(cfg: LengthRun):
@@ -183,66 +181,51 @@ def fixed_protocol_data(cfg: LengthRun):
     )
 
 
-def run_length(
-    cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu"
-) -> RunRecord:
-    """Train one model under one protocol, then score it at every length."""
+def length_setup(cfg: LengthRun) -> Setup:
+    """The driver's description of one run: its model from the seed, its data (the fixed
+    protocol's strings, or the variable protocol's sampler of fresh ones and its own test
+    and validation strings), the rows it logs and its fit-stop."""
     task = make_task(cfg.task, **cfg.task_options)
     torch.manual_seed(cfg.seed)
     model = build_length_model(cfg, task.n_classes, task.vocab_size)
-    loss = get_loss(cfg.loss)
+    sample = None
     if cfg.protocol == "fixed":
         data = fixed_protocol_data(cfg)
-        x_test, y_test = data.x_test, data.y_test
-        x_val, y_val = data.x_val, data.y_val
-
-        def batches(gen):
-            order = torch.randperm(len(data.x_train), generator=gen)
-            for i in range(0, len(order), cfg.batch_size):
-                idx = order[i : i + cfg.batch_size]
-                yield data.x_train[idx], data.y_train[idx]
+        names = ("x_train", "y_train", "x_test", "y_test", "x_val", "y_val")
+        tensors = {n: getattr(data, n) for n in names}
     else:
         lengths = train_lengths(cfg)
         schedule = torch.Generator().manual_seed(12345)  # same length sequence for every seed
         x_test = task.sample(
             512, cfg.train_length, torch.Generator().manual_seed(20_000 + cfg.seed)
         )
-        y_test = task.prefix_labels(x_test)
         x_val = task.sample(512, cfg.train_length, torch.Generator().manual_seed(30_000 + cfg.seed))
-        y_val = task.prefix_labels(x_val)
+        tensors = {"x_test": x_test, "y_test": task.prefix_labels(x_test),
+                   "x_val": x_val, "y_val": task.prefix_labels(x_val)}  # fmt: skip
 
-        def batches(gen):
+        def sample(gen):
             for _ in range(cfg.steps_per_epoch):
                 length = lengths[torch.randint(len(lengths), (1,), generator=schedule).item()]
                 x = task.sample(cfg.batch_size, length, gen)
                 yield x, task.prefix_labels(x)
 
-    def evaluate(m):
-        has_val = x_val is not None and len(x_val)
-        return evaluation_row(
-            predict(m, x_test), y_test, *((predict(m, x_val), y_val) if has_val else (None, None))
-        )
-
-    def fitted(rows):
-        return fit_reached(rows, cfg)
-
-    def on_device(gen):  # batches are sampled on the CPU (seeded), trained where the model is
-        for x, y in batches(gen):
-            yield x.to(device), y.to(device)
-
-    model = model.to(device)
-    x_test, y_test = x_test.to(device), y_test.to(device)
-    if x_val is not None:
-        x_val, y_val = x_val.to(device), y_val.to(device)
-    trainer = Trainer(
-        model, lambda m, x, y: loss(m(x), y), cfg.optim, callbacks=callbacks, progress=progress
+    return Setup(
+        cfg,
+        model,
+        tensors,
+        evals=("test", "val"),
+        score=lambda p: evaluation_row(*p["test"], *p["val"]),
+        stop=fit_stop(cfg),
+        sample=sample,
+        context={"task": task},
     )
-    start = time.perf_counter()
-    result = trainer.fit(
-        cfg.epochs, on_device, evaluate, torch.Generator().manual_seed(cfg.seed), stop_when=fitted
-    )
-    seconds = time.perf_counter() - start
-    curve = length_curve(model, task, cfg)
+
+
+def length_record(setup: Setup, result, seconds: float, trained_model, **extra) -> RunRecord:
+    """The run's record, with its curve: the trained model scored at every length."""
+    cfg, eval_start = setup.cfg, time.perf_counter()
+    model = trained_model()
+    curve = length_curve(model, setup.context["task"], cfg)
     return RunRecord.from_training(
         EXPERIMENT,
         cfg,
@@ -250,8 +233,23 @@ def run_length(
         n_parameters=count_parameters(model),
         steps=len(result.step_grad_norms),
         seconds=seconds,
-        eval_seconds=time.perf_counter() - start - seconds,
+        eval_seconds=time.perf_counter() - eval_start,
         curve=curve.round(5).to_dict(orient="list"),
+        **extra,
+    )
+
+
+def run_length(
+    cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu", checkpoint=None
+) -> RunRecord:
+    """Train one model under one protocol, then score it at every length."""
+    return run_alone(
+        length_setup(cfg),
+        length_record,
+        callbacks=callbacks,
+        progress=progress,
+        device=device,
+        checkpoint=checkpoint,
     )
 
 
@@ -313,85 +311,21 @@ def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
 curves_frame = results.curves_frame
 
 
-def run_seeds(configs: list[LengthRun], progress: bool = False, device: str = "cpu"):
+def run_seeds(
+    configs: list[LengthRun], progress: bool = False, device: str = "cpu", checkpoint=None
+):
     """``run_length`` for configs equal but for their seed, trained together as one stacked
-    model (``training.seed_batching``); one record per seed, as ``run_length`` makes it.
+    model (``training.driver.run_together``); one record per seed, as ``run_length`` makes
+    it, plus ``seed_batched``.
 
     Only the fixed protocol with a model that has a stacked form is stacked; anything else
     runs one seed at a time.
     """
-    from structattn_lite.training.seed_batching import (
-        StackedTrainer,
-        per_seed_loss,
-        stack_models,
-        unstack_model,
+    return run_together(
+        configs,
+        length_setup,
+        length_record,
+        lambda c: run_length(c, progress=progress, device=device),
+        device=device,
+        checkpoint=checkpoint,
     )
-
-    configs = list(configs)
-    cfg0 = configs[0]
-    task = make_task(cfg0.task, **cfg0.task_options)
-    models, data = [], []
-    for c in configs:
-        data.append(fixed_protocol_data(c))
-        torch.manual_seed(c.seed)
-        models.append(build_length_model(c, task.n_classes, task.vocab_size))
-    stacked = stack_models(models) if cfg0.protocol == "fixed" else None
-    if stacked is None:
-        return [run_length(c, progress=progress, device=device) for c in configs]
-    n_seeds, stacked = len(configs), stacked.to(device)
-
-    def stack(name):
-        parts = [getattr(d, name) for d in data]
-        return None if parts[0] is None else torch.stack(parts).to(device)
-
-    x_train, y_train, x_test, y_test = (
-        stack(n) for n in ("x_train", "y_train", "x_test", "y_test")
-    )
-    x_val, y_val = stack("x_val"), stack("y_val")
-    has_val = x_val is not None and x_val.shape[1] > 0
-    loss = per_seed_loss(cfg0.loss)
-    seeds = torch.arange(n_seeds, device=device)[:, None]
-
-    def batches(generators):
-        orders = torch.stack([torch.randperm(x_train.shape[1], generator=g) for g in generators])
-        orders = orders.to(device)
-        for i in range(0, orders.shape[1], cfg0.batch_size):
-            idx = orders[:, i : i + cfg0.batch_size]
-            yield x_train[seeds, idx], y_train[seeds, idx]
-
-    def evaluate(model):
-        p_test = model.predict(x_test)
-        p_val = model.predict(x_val) if has_val else None
-        out = []
-        for s in range(n_seeds):
-            val = (p_val[s], y_val[s]) if has_val else (None, None)
-            out.append(evaluation_row(p_test[s], y_test[s], *val))
-        return out
-
-    def fitted(rows):
-        return fit_reached(rows, cfg0)
-
-    trainer = StackedTrainer(stacked, lambda m, x, y: loss(m(x), y), cfg0.optim)
-    generators = [torch.Generator().manual_seed(c.seed) for c in configs]
-    start = time.perf_counter()
-    results = trainer.fit(cfg0.epochs, batches, evaluate, generators, stop_when=fitted)
-    seconds = (time.perf_counter() - start) / n_seeds
-    records = []
-    for s, (c, result) in enumerate(zip(configs, results, strict=True)):
-        eval_start = time.perf_counter()
-        model = unstack_model(stacked, s, models[s]).cpu()
-        curve = length_curve(model, task, c)
-        records.append(
-            RunRecord.from_training(
-                EXPERIMENT,
-                c,
-                result,
-                n_parameters=count_parameters(model),
-                steps=len(result.step_grad_norms),
-                seconds=seconds,
-                eval_seconds=time.perf_counter() - eval_start,
-                curve=curve.round(5).to_dict(orient="list"),
-                seed_batched=n_seeds,
-            )
-        )
-    return records

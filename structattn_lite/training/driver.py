@@ -1,0 +1,242 @@
+"""One driver for every state-tracking run: the grokking, ablation and length studies.
+
+A study describes one config's run as a ``Setup``: its model (freshly initialised from
+the seed), its tensors, how an epoch's predictions become a history row (``score``) and
+its validation-only stop rule (``ValidationStop``); and it turns a trained run into its
+``RunRecord`` with a ``record`` function. The driver builds the rest, in one place for
+every study: the loss (at the last position only, or at every position), the batch
+sampler (a fresh permutation of the training set each epoch from the seed's generator,
+or the study's own sampler of fresh strings), the evaluation and the stop rule; and
+trains
+
+- one config on a ``Trainer`` (``run_alone``), or
+- configs equal but for their seed on one ``StackedTrainer`` (``run_together``), each
+  seed as if alone, when their model has a stacked form and their tensors stack. Any
+  other unit trains one seed at a time (the study's ``alone``), without the unit's
+  checkpoint, which is for a stacked unit only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from structattn_lite.records import RunRecord, config_hash
+from structattn_lite.training.checkpoint import CheckpointPlan
+from structattn_lite.training.losses import get_loss
+from structattn_lite.training.metrics import predict
+from structattn_lite.training.seed_batching import stack_models, unstack_model
+from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
+from structattn_lite.training.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class ValidationStop:
+    """Stop once ``metric`` (a validation column) has been at least ``level`` for the last
+    ``patience`` epochs; an epoch without it counts as 0. It never reads a test column."""
+
+    metric: str
+    level: float
+    patience: int
+
+    def __post_init__(self):
+        if not self.metric.startswith("val_"):
+            raise ValueError(f"a stop rule reads validation only, not {self.metric!r}")
+
+    def __call__(self, rows: list[dict[str, Any]]) -> bool:
+        k = self.patience
+        return len(rows) >= k and all(r.get(self.metric, 0.0) >= self.level for r in rows[-k:])
+
+
+Preds = dict[str, tuple[torch.Tensor | None, torch.Tensor | None]]
+
+
+@dataclass
+class Setup:
+    """One config's run, as its study builds it.
+
+    ``tensors``: ``x_train``/``y_train`` (absent when ``sample`` draws the batches) and
+    ``x_<name>``/``y_<name>`` of each evaluation set in ``evals`` (None or empty: not
+    evaluated). ``score(preds)`` makes an epoch's row from ``{name: (predictions,
+    targets)}``, ``(None, None)`` for a set not evaluated. ``last_only``: the loss (and a
+    stacked model's predictions) at the last position only. ``sample(generator)``: an
+    epoch's batches on the CPU, drawn from the seed's generator, instead of a permutation
+    of ``x_train``.
+    """
+
+    cfg: Any  # epochs, batch_size, loss, optim and seed are read from it
+    model: nn.Module
+    tensors: dict[str, torch.Tensor | None]
+    evals: tuple[str, ...]
+    score: Callable[[Preds], dict[str, float]]
+    stop: ValidationStop | None = None
+    last_only: bool = False
+    sample: Callable[[torch.Generator], Iterable[tuple]] | None = None
+    desc: str = "train"
+    context: dict[str, Any] = field(default_factory=dict)  # what the study's record reads
+
+
+# record(setup, result, seconds, trained_model, **extra) -> RunRecord; ``trained_model()``
+# gives the seed's trained model (unstacked, on the CPU, for seeds trained together) and
+# ``extra`` is {"seed_batched": S} for seeds trained together.
+Record = Callable[..., RunRecord]
+
+
+def _present(x: torch.Tensor | None, axis: int = 0) -> bool:
+    return x is not None and x.shape[axis] > 0
+
+
+def run_alone(
+    setup: Setup,
+    record: Record,
+    *,
+    callbacks: Sequence[Any] = (),
+    progress: bool = False,
+    device: str = "cpu",
+    checkpoint: CheckpointPlan | None = None,
+) -> RunRecord:
+    """Train one config on a ``Trainer`` from its seed; identical setups, identical runs."""
+    cfg, bs = setup.cfg, setup.cfg.batch_size
+    # Moved once: batches and evaluations index tensors already on the device.
+    t = {k: None if v is None else v.to(device) for k, v in setup.tensors.items()}
+    model = setup.model.to(device)
+    loss = get_loss(cfg.loss)
+
+    if setup.last_only:
+
+        def loss_fn(m, x, y):
+            return loss(m(x)[:, -1], y[:, -1])
+    else:
+
+        def loss_fn(m, x, y):
+            return loss(m(x), y)
+
+    if setup.sample is None:
+        x_train, y_train = t["x_train"], t["y_train"]
+
+        def batches(generator):
+            order = torch.randperm(len(x_train), generator=generator).to(device)
+            for i in range(0, len(order), bs):
+                idx = order[i : i + bs]
+                yield x_train[idx], y_train[idx]
+    else:
+
+        def batches(generator):  # drawn on the CPU (seeded), trained where the model is
+            for x, y in setup.sample(generator):
+                yield x.to(device), y.to(device)
+
+    def evaluate(m):
+        preds = {}
+        for name in setup.evals:
+            x, y = t.get(f"x_{name}"), t.get(f"y_{name}")
+            preds[name] = (predict(m, x), y) if _present(x) else (None, None)
+        return setup.score(preds)
+
+    trainer = Trainer(
+        model, loss_fn, cfg.optim, callbacks=callbacks, progress=progress, checkpoint=checkpoint
+    )
+    start = time.perf_counter()
+    result = trainer.fit(
+        cfg.epochs,
+        batches,
+        evaluate,
+        torch.Generator().manual_seed(cfg.seed),
+        stop_when=setup.stop,
+        desc=setup.desc,
+    )
+    return record(setup, result, time.perf_counter() - start, lambda: model)
+
+
+def _without_seed(cfg) -> str:
+    return config_hash("group", dataclasses.replace(cfg, seed=0))
+
+
+def run_together(
+    configs: Sequence,
+    setup: Callable[[Any], Setup],
+    record: Record,
+    alone: Callable[[Any], RunRecord],
+    *,
+    device: str = "cpu",
+    checkpoint: CheckpointPlan | None = None,
+    eval_chunk: int = 512,
+) -> list[RunRecord]:
+    """Configs equal but for their seed trained together on one ``StackedTrainer``, each
+    seed as ``run_alone`` would train it; one record each, with ``seed_batched``.
+
+    A unit whose model has no stacked form, whose tensors differ in shape or that draws
+    fresh batches (``sample``) trains one seed at a time with ``alone(config)``.
+    ``checkpoint`` is a ``stacked=True`` plan. ``eval_chunk``: strings per seed in one
+    evaluation pass.
+    """
+    configs = list(configs)
+    if len({_without_seed(c) for c in configs}) > 1:
+        raise ValueError("seeds trained together need configs that differ only in their seed")
+    setups = [setup(c) for c in configs]
+    shapes = {
+        tuple((k, None if v is None else v.shape) for k, v in s.tensors.items()) for s in setups
+    }
+    can_stack = configs and len(shapes) == 1 and all(s.sample is None for s in setups)
+    stacked = stack_models([s.model for s in setups]) if can_stack else None
+    if stacked is None:
+        return [alone(c) for c in configs]
+    first, n_seeds = setups[0], len(setups)
+    cfg0, bs, last_only = first.cfg, first.cfg.batch_size, first.last_only
+    stacked = stacked.to(device)
+    t = {
+        k: None if v is None else torch.stack([s.tensors[k] for s in setups]).to(device)
+        for k, v in first.tensors.items()
+    }
+    loss = per_seed_loss(cfg0.loss)
+
+    if last_only:
+
+        def loss_fn(model, x, y):
+            return loss(model(x, last=True), y[:, :, -1])
+    else:
+
+        def loss_fn(model, x, y):
+            return loss(model(x), y)
+
+    x_train, y_train = t["x_train"], t["y_train"]
+    seeds = torch.arange(n_seeds, device=device)[:, None]
+
+    def batches(generators):
+        orders = torch.stack(
+            [torch.randperm(x_train.shape[1], generator=g) for g in generators]
+        ).to(device)
+        for i in range(0, orders.shape[1], bs):
+            idx = orders[:, i : i + bs]
+            yield x_train[seeds, idx], y_train[seeds, idx]
+
+    def predict_seeds(model, x, y):
+        """Predictions and targets per seed, at the last position only if only it is scored."""
+        if last_only:
+            return model.predict(x, eval_chunk, last=True)[..., None], y[..., -1:]
+        return model.predict(x, eval_chunk), y
+
+    def evaluate(model):
+        preds = {}
+        for name in first.evals:
+            x, y = t.get(f"x_{name}"), t.get(f"y_{name}")
+            preds[name] = predict_seeds(model, x, y) if _present(x, 1) else (None, None)
+        return [
+            s.score({k: (p[i], y[i]) if p is not None else (p, y) for k, (p, y) in preds.items()})
+            for i, s in enumerate(setups)
+        ]
+
+    trainer = StackedTrainer(stacked, loss_fn, cfg0.optim, checkpoint=checkpoint)
+    generators = [torch.Generator().manual_seed(c.seed) for c in configs]
+    start = time.perf_counter()
+    results = trainer.fit(cfg0.epochs, batches, evaluate, generators, stop_when=first.stop)
+    seconds = (time.perf_counter() - start) / n_seeds
+    return [
+        record(s, r, seconds, lambda i=i: unstack_model(stacked, i).cpu(), seed_batched=n_seeds)
+        for i, (s, r) in enumerate(zip(setups, results, strict=True))
+    ]

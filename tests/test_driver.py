@@ -1,0 +1,77 @@
+"""The state-tracking driver: its stop rule reads validation only, and the length study's
+seeds trained together equal its per-seed runs, as the CSP runs' do (test_csp_stacked)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from structattn_lite.studies.length import experiment as ls
+from structattn_lite.training import driver
+from structattn_lite.training.driver import ValidationStop
+from structattn_lite.training.trainer import OptimConfig
+
+
+def test_the_stop_rule_reads_validation_and_counts_a_missing_epoch_as_zero():
+    stop = ValidationStop("val_acc", 1.0, 2)
+    assert not stop([{"val_acc": 1.0}])  # fewer epochs than its patience
+    assert stop([{"val_acc": 0.5}, {"val_acc": 1.0}, {"val_acc": 1.0}])
+    assert not stop([{"val_acc": 1.0}, {"val_acc": 0.9}])
+    assert not stop([{"val_acc": 1.0}, {"test_acc": 1.0}])  # no validation: no stop
+    fit = ValidationStop("val_seq_acc", 0.9, 1)
+    assert fit([{"val_seq_acc": 0.95}]) and not fit([{"val_seq_acc": 0.85}])
+    with pytest.raises(ValueError, match="validation only, not 'test_acc'"):
+        ValidationStop("test_acc", 1.0, 1)
+    assert ls.fit_stop(ls.LengthRun()) is None
+    assert ls.fit_stop(ls.LengthRun(stop_at_fit=0.9, fit_patience=2)) == ValidationStop(
+        "val_seq_acc", 0.9, 2
+    )
+
+
+def tiny_length_run(seed: int, **changes) -> ls.LengthRun:
+    base = dict(task="parity", model="csp_paper", model_options={"d_model": 8, "n_layers": 1},
+                n=160, epochs=3, batch_size=32, max_eval_length=20, n_eval=16, seed=seed,
+                optim=OptimConfig(lr=3e-3, plateau_patience=0))  # fmt: skip
+    return ls.LengthRun(**{**base, **changes})
+
+
+def test_each_seed_of_a_stacked_length_run_equals_its_own_run():
+    # float64, as the CSP test: float32 rounding grows about tenfold per step
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        configs = [tiny_length_run(s) for s in (0, 1, 2)]
+        alone = [ls.run_length(c) for c in configs]
+        together = ls.run_seeds(configs)
+    finally:
+        torch.set_default_dtype(old)
+    for a, b in zip(alone, together, strict=True):
+        assert a.key == b.key and a.status == b.status and b.extra["seed_batched"] == 3
+        assert list(a.history.columns) == list(b.history.columns)
+        assert "val_seq_acc" in a.history  # the column the fit-stop reads
+        pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-5, atol=1e-5)
+        pd.testing.assert_frame_equal(
+            pd.DataFrame(a.extra["curve"]), pd.DataFrame(b.extra["curve"]), atol=1e-5, rtol=0
+        )
+        assert set(a.extra) == set(b.extra) - {"seed_batched"}
+    assert not alone[0].history.equals(alone[1].history)  # three seeds, three runs
+
+
+def test_seeds_that_draw_fresh_strings_train_one_at_a_time(monkeypatch):
+    """The variable protocol samples its batches: no stacked unit, each seed alone, and
+    the unit's checkpoint never reaches a per-seed run."""
+    calls = []
+    real = driver.run_alone
+    monkeypatch.setattr(
+        ls, "run_alone", lambda *a, **k: calls.append(k.get("checkpoint")) or real(*a, **k)
+    )
+    configs = [
+        tiny_length_run(s, protocol="variable", train_length=8, steps_per_epoch=2, epochs=1)
+        for s in (0, 1)
+    ]
+    records = ls.run_seeds(configs)
+    assert [r.config["seed"] for r in records] == [0, 1] and calls == [None, None]
+    assert all("seed_batched" not in r.extra for r in records)
+    with pytest.raises(ValueError, match="differ only in their seed"):
+        ls.run_seeds([tiny_length_run(0), tiny_length_run(1, epochs=2)])
