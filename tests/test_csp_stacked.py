@@ -8,16 +8,13 @@ import pandas as pd
 import pytest
 import stack_support
 import torch
-import torch.nn.functional as F
 
 from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
 from structattn_lite.models.csp_stacked import StackedCSP, _pairs, stack_csps, unstack_csp
-from structattn_lite.models.csp_stacked_core import _softplus
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss
-from structattn_lite.training.seed_batching import run_csp_stacked
 from structattn_lite.training.stacked_trainer import StackedAdam, per_seed_grad_norm, per_seed_loss
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
 from structattn_lite.training.trainer import OptimConfig
 
 # One switch at a time away from each preset: every value CSPConfig accepts appears.
@@ -165,16 +162,6 @@ def test_every_switch_combination_in_float64():
         assert_matches_reference(cfg, 2, batch=3, length=5, float32=False, last=n % 2 == 1)
         n += 1
     assert n == 180
-
-
-def test_softplus_through_log_equals_torch_softplus():
-    x = torch.cat([torch.linspace(-80, 40, 200_001), torch.randn(10_000) * 1e-6, torch.zeros(1)])
-    y, truth = _softplus(x), F.softplus(x.double())
-    assert torch.equal(y[x > 20], x[x > 20])  # torch's threshold: softplus(x) = x past 20
-    # within 1.5 float32 epsilons of the float64 value (torch's own: within 1)
-    assert ((y.double() - truth).abs() <= 1.5 * torch.finfo(torch.float32).eps * truth).all()
-    x64 = torch.linspace(-700, 19.9, 100_001, dtype=torch.float64)
-    torch.testing.assert_close(_softplus(x64), F.softplus(x64), rtol=1e-14, atol=0)
 
 
 def test_stack_unstack_round_trip_and_errors():

@@ -33,17 +33,6 @@ class _Spec:
     complex_norm: bool  # "complex" is done in the core; "layernorm" after it
 
 
-def _softplus(x: torch.Tensor) -> torch.Tensor:
-    """F.softplus (beta 1, threshold 20) through the vectorised log: this torch build runs
-    log1p, and so softplus, one element at a time (2x slower here, 6% of a paper-size
-    step). log1p(u) = log(w) u / (w - 1) with w = 1 + u is exact to rounding (Goldberg);
-    within 2 ulp of F.softplus in float32 (tests/test_csp_stacked.py)."""
-    u = torch.exp(-x.abs())
-    w = u + 1.0
-    log1p_u = torch.where(w == 1.0, u, torch.log(w).mul_(u).div_(w - 1.0))
-    return torch.where(x > 20.0, x, log1p_u.add_(x.clamp_min(0.0)))
-
-
 def _pair(t: torch.Tensor, d: int) -> torch.Tensor:
     """[..., 2d] as [..., 2, d]: index -2 picks the real (0) or imaginary (1) half."""
     return t.view(*t.shape[:-1], 2, d)
@@ -135,7 +124,7 @@ class _BlockCore(torch.autograd.Function):
             alpha = torch.sigmoid(-delta)
             gamma = pre[..., d : 2 * d].sin().add_(1.0).mul_(0.5)
         else:
-            alpha = gamma = _softplus(delta)
+            alpha = gamma = F.softplus(delta)
         a5 = alpha.unsqueeze(-2)
         h5 = r5 * gamma.unsqueeze(-2)  # the drive, turned into the states in place
         a_t = a5.unbind(1)  # one view per step: cheaper than indexing inside the loop
