@@ -36,9 +36,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from structattn_lite.models import build_model
 from structattn_lite.training.losses import get_loss
-from structattn_lite.training.seed_batching import run_csp_stacked, stack_models
+from structattn_lite.training.seed_batching import stack_models
 from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
 from structattn_lite.training.trainer import OptimConfig, Trainer
 
 SIZES = {  # name -> (presets, d_model, labels, loss, n strings for the epoch table)

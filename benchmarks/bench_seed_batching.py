@@ -13,8 +13,7 @@ import time
 
 import torch
 
-from structattn_lite.training.seed_batching import run_csp_stacked
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
 
 
 def configs(k, d_model, n_layers, epochs, scan):

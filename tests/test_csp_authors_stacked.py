@@ -15,8 +15,7 @@ from structattn_lite.models.csp_authors_stacked import (
     stack_authors,
     unstack_authors,
 )
-from structattn_lite.training.seed_batching import run_csp_stacked
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
 from structattn_lite.training.trainer import OptimConfig
 
 

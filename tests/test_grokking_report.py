@@ -75,7 +75,11 @@ def test_gap_grid_is_the_papers_sizes_with_a_validation_stop():
 def test_gap_seeds_grid_is_the_gap_grid_with_more_seeds():
     import dataclasses
 
-    gap = {c.seed: c for c in grid("gap") if c.task == "mod3" and c.preset == "authors_3bb9f71"}
     more = grid("gap_seeds")
-    assert {c.seed for c in more}.isdisjoint(gap) and len(more) + len(gap) == 25
-    assert all(dataclasses.replace(c, seed=0) == gap[0] for c in more)
+    assert {c.task for c in more} == {"mod3", "parity"}
+    for task in ("mod3", "parity"):  # the authors' model: 25 seeds per task with the gap grid
+        gap = {c.seed: c for c in grid("gap") if c.task == task and c.preset == "authors_3bb9f71"}
+        extra = [c for c in more if c.task == task]
+        assert {c.seed for c in extra}.isdisjoint(gap) and len(extra) + len(gap) == 25
+        assert all(dataclasses.replace(c, seed=0) == gap[0] for c in extra)
+    assert [c.task for c in more] == sorted(c.task for c in more)  # mod-3's seeds first

@@ -30,9 +30,8 @@ from structattn_lite.executors import run_guarded
 from structattn_lite.locking import RunLock, RunLockedError
 from structattn_lite.training import checkpoint as ckpt_module
 from structattn_lite.training.checkpoint import CheckpointPlan, checkpoint_plan
-from structattn_lite.training.seed_batching import run_csp_stacked
 from structattn_lite.training.stacked_trainer import StackedTrainer
-from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, run_csp
+from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, run_csp, run_csp_stacked
 from structattn_lite.training.trainer import Callback, OptimConfig, Trainer, few_threads
 
 # ~0.1 s an epoch on one thread: long enough to kill mid-run, short enough to test.

@@ -9,6 +9,7 @@ or seeds together (``seed_batching.run_csp_stacked``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -18,7 +19,7 @@ from structattn_lite.data.splits import StateTrackingData, make_dataset
 from structattn_lite.data.tasks import LABELS, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
-from structattn_lite.training.driver import Setup, ValidationStop, run_alone
+from structattn_lite.training.driver import Setup, ValidationStop, run_alone, run_together
 from structattn_lite.training.losses import LOSSES
 from structattn_lite.training.metrics import scores
 from structattn_lite.training.trainer import OptimConfig
@@ -166,4 +167,27 @@ def run_csp(
         progress=progress,
         device=device,
         checkpoint=checkpoint,
+    )
+
+
+def run_csp_stacked(
+    configs: Sequence, progress: bool = False, device: str = "cpu", checkpoint=None
+) -> list:
+    """``run_csp`` for configs equal but for their seed, trained together; one record each.
+
+    Records are keyed and filled as ``run_csp`` keys and fills them (plus ``seed_batched``,
+    the number of seeds trained together), so a ``RunStore`` serves either path's records.
+    A model with no stacked form (the baselines) runs one seed at a time through ``run_csp``.
+    ``checkpoint``, a ``stacked=True`` plan, checkpoints the stacked unit; seeds run one at
+    a time do not checkpoint (one file cannot hold several runs).
+    """
+    configs = list(configs)
+    return run_together(
+        configs,
+        csp_setup,
+        csp_record,
+        lambda c: run_csp(c, progress=progress, device=device),
+        device=device,
+        checkpoint=checkpoint,
+        eval_chunk=max(64, 256 // max(len(configs), 1)),  # rows per seed and pass (measured best)
     )

@@ -23,9 +23,9 @@ import pandas as pd
 
 from structattn_lite.config import check_choice, results_dir
 from structattn_lite.records import RunRecord, keep_committed_rows
-from structattn_lite.training.seed_batching import run_csp_stacked as run_seeds
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, paper_setting_run
 from structattn_lite.training.state_tracking import run_csp as run
+from structattn_lite.training.state_tracking import run_csp_stacked as run_seeds
 
 Config = CSPRun
 __all__ = ["EXPERIMENT", "GRIDS", "Config", "run_seeds", "export", "grid", "records_frame", "run"]

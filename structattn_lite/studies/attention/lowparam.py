@@ -91,7 +91,8 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     for d, ls in zip(sorted(summary["d_model"].unique()), ("-", "--"), strict=False):
         for variant in summary["variant"].unique():
             curves = [r.history.set_index("step")["val_bpc"] for r in histories
-                      if r.config["d_model"] == d and r.extra.get("variant") == variant]  # fmt: skip
+                      if r.config["read_test"] and r.config["d_model"] == d
+                      and r.extra.get("variant") == variant]  # fmt: skip
             if curves:
                 mean = pd.concat(curves, axis=1).mean(axis=1)
                 chars = mean.index * 32 * 128  # batch x context per step

@@ -13,9 +13,9 @@ from structattn_lite import config
 from structattn_lite.config import results_dir
 from structattn_lite.records import RunRecord, config_hash, export_histories, load_histories
 from structattn_lite.training.protocols import protocol_run
-from structattn_lite.training.seed_batching import run_csp_stacked as run_seeds
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, paper_setting_run
 from structattn_lite.training.state_tracking import run_csp as run
+from structattn_lite.training.state_tracking import run_csp_stacked as run_seeds
 
 Config = CSPRun
 __all__ = [
