@@ -321,3 +321,14 @@ def test_a_best_rate_at_the_edge_widens_the_sweep_until_it_is_not():
     assert st.widened_rates([_Store(top).load("attention", c) for c in tuning[:3]]) == {
         keys[0]: [3e-3, 6e-3, 1.2e-2, 2.4e-2]
     }
+
+
+def test_the_low_parameter_export_keeps_the_runs_of_earlier_sessions(tmp_path, monkeypatch):
+    monkeypatch.setattr(st.cfgmod, "results_dir", lambda: tmp_path)
+    runs = [st.run(st.with_recipe(st.Config(kind="dot", **TINY), lr=lr), progress=False)
+            for lr in (1e-3, 1e-2)]  # fmt: skip
+    summary, histories, *_ = st.export(runs[:1], grid="lowparam")
+    st.export(runs[1:], grid="lowparam")  # a later session's run
+    assert set(pd.read_csv(summary)["key"]) == {r.key for r in runs}
+    st.export(runs[1:], grid="lowparam")  # exporting a run again replaces it
+    assert len(pd.read_csv(summary)) == 2 and pd.read_csv(histories)["key"].nunique() == 2

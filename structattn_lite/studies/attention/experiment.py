@@ -36,7 +36,7 @@ from structattn_lite.models.attention_checks import (
     time_attention,
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
-from structattn_lite.records import RunRecord, config_dict, config_hash
+from structattn_lite.records import RunRecord, config_dict, config_hash, keep_committed_rows
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     GRIDS,
@@ -383,6 +383,11 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
     return records
 
 
+# Grids whose committed files grow over sessions: an export replaces the runs it holds
+# and keeps the others (the low-parameter arm is more than one session's cores).
+GROWN_ACROSS_SESSIONS = ("lowparam",)
+
+
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """The committed compact results: one CSV row per run (summary) and the histories."""
     from structattn_lite.records import export_histories
@@ -391,9 +396,14 @@ def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     runs_name, histories_name = COMMITTED_CSV[cfgmod.check_choice("grid", grid, COMMITTED_CSV)]
     out = cfgmod.results_dir()
     out.mkdir(parents=True, exist_ok=True)
-    summary = out / runs_name
-    summarize(records).to_csv(summary, index=False, float_format="%.6g")
-    paths = [summary, export_histories(records, out / histories_name)]
+    summary, frame = out / runs_name, summarize(records)
+    keep = None
+    if grid in GROWN_ACROSS_SESSIONS:  # a run store does not outlive its machine
+        keep = [config_hash(EXPERIMENT, c) for c in tuning_grid(grid)]  # finals follow
+        frame = frame.assign(key=[r.key for r in records])
+        frame = keep_committed_rows(summary, frame, ["key"], [(k,) for k in keep])
+    frame.to_csv(summary, index=False, float_format="%.6g")
+    paths = [summary, export_histories(records, out / histories_name, keep_order=keep)]
     if any(r.config["dataset"] == "ptb" for r in records):  # the floors the figures draw
         from structattn_lite.studies.attention.lowparam import FLOORS_CSV, floor_frame
 

@@ -51,6 +51,17 @@ def table(runs: pd.DataFrame | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
+def tuning(runs: pd.DataFrame | None) -> pd.DataFrame:
+    """Mean validation bpc of the tuning runs (the best model, on the final evaluation's
+    windows), size and variant by peak rate, with the number of seeds behind each mean;
+    rates past the first sweep are its widening."""
+    if runs is None or not runs["tuning"].astype(bool).any():
+        return pd.DataFrame()
+    tuned = runs[runs["tuning"].astype(bool)]
+    return tuned.pivot_table(index=["d_model", "variant"], columns="lr", values="val_bpc",
+                             aggfunc=["mean", "count"]).round(3)  # fmt: skip
+
+
 def caption(runs: pd.DataFrame | None) -> str:
     """The grid a table or figure comes from, read off the spec and the runs."""
     spec, done = GRIDS[GRID], finals(runs)
@@ -79,7 +90,7 @@ def floors() -> dict[str, float]:
 def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     """Three panels: test bpc against all parameters and against metric parameters (one
     point per size, joined from d 32 to d 64), and mean validation bpc against training
-    characters (solid d 32, dashed d 64)."""
+    characters (solid d 32, dashed d 64) with the bigram and trigram floors."""
     summary = table(runs)
     fig, axes = plt.subplots(1, 3, figsize=figure_size(2, 2.6))
     for variant, g in summary.groupby("variant", sort=False):
@@ -97,13 +108,12 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
                 mean = pd.concat(curves, axis=1).mean(axis=1)
                 chars = mean.index * 32 * 128  # batch x context per step
                 axes[2].plot(chars, mean.values, ls=ls, color=model_style(variant)["color"])
-    known = floors()
-    for ax in axes:
-        for name in FLOORS_DRAWN:
-            if name in known:
-                ax.axhline(known[name], color="0.6", lw=0.8, ls=":")
-                ax.annotate(f"{name} floor", (0.98, known[name]), xycoords=("axes fraction",
-                            "data"), ha="right", va="bottom", fontsize=6, color="0.4")  # fmt: skip
+    known = floors()  # on the curves only: beside the final numbers they flatten the scale
+    for name in FLOORS_DRAWN:
+        if name in known:
+            axes[2].axhline(known[name], color="0.6", lw=0.8, ls=":")
+            axes[2].annotate(f"{name} floor", (0.98, known[name]), xycoords=("axes fraction",
+                             "data"), ha="right", va="bottom", fontsize=6, color="0.4")  # fmt: skip
     axes[0].set(xscale="log", xlabel="parameters", ylabel="test bpc")
     axes[1].set(xlabel="metric parameters")
     axes[2].set(xscale="log", xlabel="training characters", ylabel="validation bpc")
