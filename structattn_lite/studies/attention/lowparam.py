@@ -9,6 +9,7 @@ beside the runs (``attention_ngram_floors.csv``).
 
 from __future__ import annotations
 
+import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -88,18 +89,29 @@ def floors() -> dict[str, float]:
 
 
 def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
-    """Three panels: test bpc against all parameters and against metric parameters (one
-    point per size, joined from d 32 to d 64), and mean validation bpc against training
-    characters (solid d 32, dashed d 64) with the bigram and trigram floors."""
+    """Four panels: (a) the rate sweep, mean validation bpc of the tuning runs against the
+    peak rate; (b, c) test bpc of the final runs against all parameters and against the
+    metric's own (one point per size); (d) the finals' mean validation bpc against training
+    characters with the bigram and trigram floors. Solid: d_model 32; dashed: 64."""
     summary = table(runs)
-    fig, axes = plt.subplots(1, 3, figsize=figure_size(2, 2.6))
+    fig, axes = plt.subplots(2, 2, figsize=figure_size(2, 5.0))
+    (sweep_ax, params_ax), (metric_ax, curve_ax) = axes
+    sizes = sorted(size["d_model"] for size in GRIDS[GRID]["sizes"])
+    ls_of = dict(zip(sizes, ("-", "--"), strict=True))
+    tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else None
+    if tuned is not None:
+        rates = tuned.groupby(["d_model", "variant", "lr"])["val_bpc"].mean().reset_index()
+        for (d, variant), g in rates.groupby(["d_model", "variant"]):
+            style = model_style(variant)
+            sweep_ax.plot(g["lr"], g["val_bpc"], ls=ls_of.get(d, ":"), color=style["color"],
+                          marker=style["marker"], label=style["name"] if d == sizes[0] else None)  # fmt: skip
     for variant, g in summary.groupby("variant", sort=False):
         style = model_style(variant)
-        for ax, x in zip(axes[:2], ("params", "metric params"), strict=True):
+        for ax, x in ((params_ax, "params"), (metric_ax, "metric params")):
             ax.errorbar(g[x], g["test bpc"], yerr=[g["test bpc"] - g["95% low"],
                         g["95% high"] - g["test bpc"]], color=style["color"],
-                        marker=style["marker"], label=style["name"], capsize=2)  # fmt: skip
-    for d, ls in zip(sorted(summary["d_model"].unique()), ("-", "--"), strict=False):
+                        marker=style["marker"], capsize=2)  # fmt: skip
+    for d, ls in ls_of.items():
         for variant in summary["variant"].unique():
             curves = [r.history.set_index("step")["val_bpc"] for r in histories
                       if r.config["read_test"] and r.config["d_model"] == d
@@ -107,21 +119,30 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
             if curves:
                 mean = pd.concat(curves, axis=1).mean(axis=1)
                 chars = mean.index * 32 * 128  # batch x context per step
-                axes[2].plot(chars, mean.values, ls=ls, color=model_style(variant)["color"])
+                curve_ax.plot(chars, mean.values, ls=ls, color=model_style(variant)["color"])
     known = floors()  # on the curves only: beside the final numbers they flatten the scale
     for name in FLOORS_DRAWN:
         if name in known:
-            axes[2].axhline(known[name], color="0.6", lw=0.8, ls=":")
-            axes[2].annotate(f"{name} floor", (0.98, known[name]), xycoords=("axes fraction",
-                             "data"), ha="right", va="bottom", fontsize=6, color="0.4")  # fmt: skip
-    axes[0].set(xscale="log", xlabel="parameters", ylabel="test bpc")
-    axes[1].set(xlabel="metric parameters")
-    axes[2].set(xscale="log", xlabel="training characters", ylabel="validation bpc")
+            curve_ax.axhline(known[name], color="0.6", lw=0.8, ls=":")
+            curve_ax.annotate(f"{name} floor", (0.98, known[name]), xycoords=("axes fraction",
+                              "data"), ha="right", va="bottom", fontsize=6, color="0.4")  # fmt: skip
+    sweep_ax.set(xscale="log", xlabel="peak learning rate", ylabel="validation bpc (tuning)")
+    if tuned is not None:  # one labelled tick per rate tried
+        sweep_ax.set_xticks(sorted(tuned["lr"].unique()), minor=False)
+        sweep_ax.set_xticks([], minor=True)
+        sweep_ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    params_ax.set(xscale="log", xlabel="parameters", ylabel="test bpc")
+    metric_ax.set(xlabel="metric parameters", ylabel="test bpc")
+    curve_ax.set(xscale="log", xlabel="training characters", ylabel="validation bpc")
     if "bigram" in known:  # the first evaluations sit far above every floor
-        axes[2].set_ylim(top=known["bigram"] + 0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
+        curve_ax.set_ylim(top=known["bigram"] + 0.3)
+    if summary.empty:  # the finals come once every variant's rate is chosen
+        for ax in (params_ax, metric_ax, curve_ax):
+            ax.text(0.5, 0.5, "no final runs committed yet", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=7, color="0.4")  # fmt: skip
+    handles, labels = sweep_ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
