@@ -108,6 +108,14 @@ def _attention_fraction_sweep_best():
     return ap.plot_fraction_sweep(low, rates="rates: each best on validation, per fraction")
 
 
+@_register("02_attention_lowparam")
+def _attention_lowparam():
+    from structattn_lite.studies.attention import lowparam
+    from structattn_lite.studies.attention import tables as at
+
+    return lowparam.figure(at.load_summary("lowparam"), at.load_committed_histories("lowparam"))
+
+
 # --- 03: grokking (data/results/csp_grokking_gap, csp_paper_era_parity) ---------------
 
 
