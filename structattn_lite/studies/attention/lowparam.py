@@ -131,7 +131,7 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
         sweep_ax.set_xticks(sorted(tuned["lr"].unique()), minor=False)
         sweep_ax.set_xticks([], minor=True)
         sweep_ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    params_ax.set(xscale="log", xlabel="parameters", ylabel="test bpc")
+    params_ax.set(xlabel="parameters", ylabel="test bpc")
     metric_ax.set(xlabel="metric parameters", ylabel="test bpc")
     curve_ax.set(xscale="log", xlabel="training characters", ylabel="validation bpc")
     if "bigram" in known:  # the first evaluations sit far above every floor
