@@ -377,7 +377,7 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
     from structattn_lite.runs import sweep
 
     configs, records = [], []
-    while (more := grid(name)) != configs:
+    while (more := grid(name, store=sweep_options.get("store"))) != configs:
         configs = more
         records = sweep(EXPERIMENT, configs, progress=progress, **sweep_options)
     return records
