@@ -332,3 +332,17 @@ def test_the_low_parameter_export_keeps_the_runs_of_earlier_sessions(tmp_path, m
     assert set(pd.read_csv(summary)["key"]) == {r.key for r in runs}
     st.export(runs[1:], grid="lowparam")  # exporting a run again replaces it
     assert len(pd.read_csv(summary)) == 2 and pd.read_csv(histories)["key"].nunique() == 2
+
+
+def test_the_low_parameter_finals_ran_at_the_rate_the_shown_sweep_is_lowest_at():
+    from structattn_lite.studies.attention import lowparam
+
+    histories = tables.load_committed_histories("lowparam")
+    sweep = lowparam.tuning(histories)
+    shown = {
+        k: g.loc[g["val bpc"].idxmin(), "lr"] for k, g in sweep.groupby(["d_model", "variant"])
+    }
+    finals = lowparam.finals(tables.load_summary("lowparam"))
+    ran = {k: set(g["lr"]) for k, g in finals.groupby(["d_model", "variant"])}
+    assert ran and all(ran[k] == {shown[k]} for k in ran)
+    assert (sweep["seeds"] == len(grids.GRIDS["lowparam"]["tune_seeds"])).all()

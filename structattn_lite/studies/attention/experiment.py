@@ -262,16 +262,23 @@ def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu"
 # --- tuning and grids ---------------------------------------------------------------
 
 
-def choose_lrs(records: list[RunRecord]) -> dict[str, float]:
-    """variant_key -> the peak rate with the lowest best validation number (mean over
-    the seeds tuned); diverged runs count as infinitely bad."""
+def rate_sweep(records: list[RunRecord]) -> pd.DataFrame:
+    """One row per (variant_key, peak rate): ``best``, the mean over the tuning seeds of
+    each run's best validation number (diverged runs count as infinitely bad), and
+    ``seeds``. What ``choose_lrs`` chooses from, and what a tuning table shows."""
     rows = []
     for r in records:
         monitor = "val_loss" if r.config["dataset"] in IMAGE_DATASETS else "val_bpc"
         best = r.history[monitor].min() if r.status == "ok" and len(r.history) else math.inf
         rows.append({"key": r.extra.get("variant_key") or variant_key(r.config),
                      "lr": r.config["recipe"]["lr"], "best": best})  # fmt: skip
-    table = pd.DataFrame(rows).groupby(["key", "lr"])["best"].mean().reset_index()
+    return (pd.DataFrame(rows, columns=["key", "lr", "best"]).groupby(["key", "lr"])["best"]
+            .agg(best="mean", seeds="size").reset_index())  # fmt: skip
+
+
+def choose_lrs(records: list[RunRecord]) -> dict[str, float]:
+    """variant_key -> the peak rate with the lowest ``rate_sweep`` mean."""
+    table = rate_sweep(records)
     return {k: float(g.loc[g["best"].idxmin(), "lr"]) for k, g in table.groupby("key")}
 
 

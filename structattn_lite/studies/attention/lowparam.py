@@ -52,15 +52,29 @@ def table(runs: pd.DataFrame | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
-def tuning(runs: pd.DataFrame | None) -> pd.DataFrame:
-    """Mean validation bpc of the tuning runs (the best model, on the final evaluation's
-    windows), size and variant by peak rate, with the number of seeds behind each mean;
-    rates past the first sweep are its widening."""
-    if runs is None or not runs["tuning"].astype(bool).any():
-        return pd.DataFrame()
-    tuned = runs[runs["tuning"].astype(bool)]
-    return tuned.pivot_table(index=["d_model", "variant"], columns="lr", values="val_bpc",
-                             aggfunc=["mean", "count"]).round(3)  # fmt: skip
+def tuning(histories: list[RunRecord]) -> pd.DataFrame:
+    """The rate sweep exactly as the choice read it (``experiment.rate_sweep``): mean best
+    validation bpc of the tuning runs and the seeds behind it, by size, variant and peak
+    rate; rates past the grid's ``lrs`` are its widening."""
+    from structattn_lite.studies.attention.experiment import rate_sweep, variant_key
+
+    tuned = [r for r in histories if not r.config["read_test"]]
+    if not tuned:
+        return pd.DataFrame(columns=["d_model", "variant", "lr", "val bpc", "seeds"])
+    names = {variant_key(r.config): (r.config["d_model"], r.extra["variant"]) for r in tuned}
+    sweep = rate_sweep(tuned)
+    sweep[["d_model", "variant"]] = [names[k] for k in sweep["key"]]
+    sweep = sweep.rename(columns={"best": "val bpc"})
+    return sweep[["d_model", "variant", "lr", "val bpc", "seeds"]].sort_values(
+        ["d_model", "variant", "lr"], ignore_index=True
+    )
+
+
+def tuning_table(histories: list[RunRecord]) -> pd.DataFrame:
+    """``tuning`` as a table: a row per size and variant, a column per rate tried."""
+    sweep = tuning(histories)
+    return sweep.pivot_table(index=["d_model", "variant"], columns="lr",
+                             values=["val bpc", "seeds"]).round(3)  # fmt: skip
 
 
 def caption(runs: pd.DataFrame | None) -> str:
@@ -89,7 +103,7 @@ def floors() -> dict[str, float]:
 
 
 def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
-    """Four panels: (a) the rate sweep, mean validation bpc of the tuning runs against the
+    """Four panels: (a) the rate sweep as the choice read it (``tuning``) against the
     peak rate; (b, c) test bpc of the final runs against all parameters and against the
     metric's own (one point per size); (d) the finals' mean validation bpc against training
     characters with the bigram and trigram floors. Solid: d_model 32; dashed: 64."""
@@ -98,13 +112,11 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     (sweep_ax, params_ax), (metric_ax, curve_ax) = axes
     sizes = sorted(size["d_model"] for size in GRIDS[GRID]["sizes"])
     ls_of = dict(zip(sizes, ("-", "--"), strict=True))
-    tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else None
-    if tuned is not None:
-        rates = tuned.groupby(["d_model", "variant", "lr"])["val_bpc"].mean().reset_index()
-        for (d, variant), g in rates.groupby(["d_model", "variant"]):
-            style = model_style(variant)
-            sweep_ax.plot(g["lr"], g["val_bpc"], ls=ls_of.get(d, ":"), color=style["color"],
-                          marker=style["marker"], label=style["name"] if d == sizes[0] else None)  # fmt: skip
+    rates = tuning(histories)
+    for (d, variant), g in rates.groupby(["d_model", "variant"]):
+        style = model_style(variant)
+        sweep_ax.plot(g["lr"], g["val bpc"], ls=ls_of.get(d, ":"), color=style["color"],
+                      marker=style["marker"], label=style["name"] if d == sizes[0] else None)  # fmt: skip
     for variant, g in summary.groupby("variant", sort=False):
         style = model_style(variant)
         for ax, x in ((params_ax, "params"), (metric_ax, "metric params")):
@@ -127,8 +139,8 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
             curve_ax.annotate(f"{name} floor", (0.98, known[name]), xycoords=("axes fraction",
                               "data"), ha="right", va="bottom", fontsize=6, color="0.4")  # fmt: skip
     sweep_ax.set(xscale="log", xlabel="peak learning rate", ylabel="validation bpc (tuning)")
-    if tuned is not None:  # one labelled tick per rate tried
-        sweep_ax.set_xticks(sorted(tuned["lr"].unique()), minor=False)
+    if len(rates):  # one labelled tick per rate tried
+        sweep_ax.set_xticks(sorted(rates["lr"].unique()), minor=False)
         sweep_ax.set_xticks([], minor=True)
         sweep_ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     params_ax.set(xlabel="parameters", ylabel="test bpc")
