@@ -191,12 +191,18 @@ def majority(k: int, n: int, what: str) -> tuple[str, str]:
 
 
 def difference(
-    a: Sequence[float], b: Sequence[float], *, margin: float = 0.0, claim: str = "greater"
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    margin: float = 0.0,
+    claim: str = "greater",
+    spec: str = "+.3f",
 ) -> tuple[tuple[float, float, float], str, str]:
     """((diff, low, high), verdict, reason) for a claim about mean(a) - mean(b).
 
     ``claim``: "greater" (a beats b: the interval above 0), "less" (below 0), or
-    "not_worse" (a - b >= -margin: the interval above -margin).
+    "not_worse" (a - b >= -margin: the interval above -margin). ``spec`` formats the
+    numbers of the reason ("+.2e" for quantities far below 0.001).
     """
     sa, sb = summary(a), summary(b)
     if min(sa[2], sb[2]) < MIN_SEEDS:
@@ -204,7 +210,7 @@ def difference(
         return nan, UNDECIDED, f"{min(sa[2], sb[2])} seed(s) on a side, fewer than {MIN_SEEDS}"
     diff, low, high = welch_difference(sa, sb)
     edge = {"greater": 0.0, "less": 0.0, "not_worse": -margin}[claim]
-    text = f"Welch {diff:+.3f} [{low:+.3f}, {high:+.3f}]"
+    text = f"Welch {diff:{spec}} [{low:{spec}}, {high:{spec}}]"
     lo, hi = (-high, -low) if claim == "less" else (low, high)  # "less": a - b below 0
     if lo > edge:
         return (diff, low, high), REPRODUCED, text

@@ -35,12 +35,13 @@ SECTIONS: list[Callable[[], list[dict]]] = [
 
 
 def ledger(values: bool = False) -> pd.DataFrame:
-    """Every claim's row, computed from the committed records (rounded as written); with
+    """Every claim's row, computed from the committed records (four significant digits,
+    as written); with
     ``values``, a last column holds each row's per-seed numbers."""
     rows = [row for section in SECTIONS for row in section()]
     table = pd.DataFrame(rows, columns=[*COLUMNS, "values"] if values else COLUMNS)
     for column in ("published", "ours", "low", "high"):
-        table[column] = table[column].astype(float).round(4)
+        table[column] = [float(f"{x:.4g}") for x in table[column].astype(float)]
     table["seeds"] = table["seeds"].astype(int)
     return table
 
@@ -58,8 +59,15 @@ def committed() -> pd.DataFrame:
     return pd.read_csv(path())
 
 
-def _cell(x: float, digits: int = 3) -> str:
-    return "" if pd.isna(x) else f"{x:.{digits}f}"
+def _cell(x: float, digits: int = 3, spec: str | None = None) -> str:
+    return "" if pd.isna(x) else f"{x:{spec or f'.{digits}f'}}"
+
+
+def _spec(r: pd.Series) -> str:
+    """Three decimals, or two significant digits for a row whose numbers are all below
+    0.01 (gradient-norm variances, shares of rows), which three decimals print as 0."""
+    size = pd.Series([r["ours"], r["low"], r["high"]]).abs().max()
+    return ".2e" if 0 < size < 0.01 else ".3f"
 
 
 def markdown(table: pd.DataFrame | None = None, prefixes: tuple[str, ...] = ()) -> str:
@@ -72,9 +80,10 @@ def markdown(table: pd.DataFrame | None = None, prefixes: tuple[str, ...] = ()) 
     lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | reason |",
              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for _, r in table.iterrows():
-        ours = _cell(r["ours"]) or "–"
+        spec = _spec(r)
+        ours = _cell(r["ours"], spec=spec) or "–"
         if not pd.isna(r["low"]) and r["low"] != r["high"]:
-            ours += f" [{_cell(r['low'])}, {_cell(r['high'])}]"
+            ours += f" [{_cell(r['low'], spec=spec)}, {_cell(r['high'], spec=spec)}]"
         lines.append(
             f"| {r['claim']} | {r['source']} | {_cell(r['published'], 2)} | {ours} "
             f"({r['seeds']}) | **{r['verdict']}** | {r['reason']} |"

@@ -82,6 +82,10 @@ def low_parameters() -> list[dict]:
     return rows
 
 
+SMOOTHER_GROUPS = {"total": "all parameters", "layer0": "layer 0", "layer1": "layer 1",
+                   "metric": "the metric's parameters"}  # fmt: skip
+
+
 def attention() -> list[dict]:
     """The card's hypothesis, row by row, at the committed grid's budget: "equal or better
     validation loss with fewer metric parameters, smoother training, and no loss of
@@ -110,12 +114,14 @@ def attention() -> list[dict]:
             f"attention/not_worse/{ident}", f"{mat}: validation bpc equal to or better than "
             f"{dense} (within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
             not_worse, {dense: a, mat: b}, seeds=min(len(a), len(b))))  # fmt: skip
-        a, b = col("main", mat, "gnv_total"), col("main", dense, "gnv_total")
-        rows.append(_attention_row(
-            f"attention/smoother/{ident}", f"{mat}: smoother training than {dense} (lower "
-            "gradient-norm variance after warmup)", stats.difference(a, b, claim="less"),
-            "matroidal minus baseline, Welch; below 0", {mat: a, dense: b},
-            seeds=min(len(a), len(b))))  # fmt: skip
+        for group, where in SMOOTHER_GROUPS.items():  # the whole model, each layer, the metric
+            a, b = col("main", mat, f"gnv_{group}"), col("main", dense, f"gnv_{group}")
+            rows.append(_attention_row(
+                f"attention/smoother/{ident}" + ("" if group == "total" else f"/{group}"),
+                f"{mat}: smoother training than {dense} (lower gradient-norm variance after "
+                f"warmup, {where})", stats.difference(a, b, claim="less", spec="+.2e"),
+                "matroidal minus baseline, Welch; below 0", {mat: a, dense: b},
+                seeds=min(len(a), len(b))))  # fmt: skip
     ours, dense = col("main", m, "params_metric"), col("main", "dense", "params_metric")
     fewer = ours[0] < dense[0] if ours and dense else None
     rows.append(row(
@@ -138,6 +144,15 @@ def attention() -> list[dict]:
         rule="count over every final run", protocol=ATTENTION_PROTOCOL,
         grid="committed (attention)", notebook="02, numerical audit",
         command=ATTENTION_COMMAND))  # fmt: skip
+    share = {v: [s / r for s, r in zip(col("main", v, "fast_saturated_rows"),
+                                       col("main", v, "fast_rows"), strict=True)]
+             for v in ("dense", m)}  # fmt: skip
+    rows.append(_attention_row(
+        "attention/stable/saturated", f"{m} saturates no more attention rows than dense "
+        "(share of softmax rows whose largest weight is 1 to working precision)",
+        stats.difference(share[m], share["dense"], claim="less", spec="+.2e"),
+        "matroidal minus dense, Welch; below 0", share, seeds=len(share[m]),
+        notebook="02, numerical audit"))  # fmt: skip
     shift = {v: [x - y for x, y in zip(col("stability", v, "val_bpc", precision="bfloat16"),
                                        col("main", v, "val_bpc"), strict=False)]
              for v in ("dense", m)}  # fmt: skip
