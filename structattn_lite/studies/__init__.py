@@ -23,7 +23,6 @@ STUDIES: dict[str, ModuleType] = {
     "ablations": ablations,
     "length": length,
 }
-NOTEBOOKS = {"attention": "02", "grokking": "03", "ablations": "04", "length": "05"}
 
 
 def get_study(study: str | ModuleType) -> ModuleType:
