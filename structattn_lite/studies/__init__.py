@@ -4,7 +4,7 @@
 class, ``grid(name)``, ``run(config, progress=, callbacks=, device=, checkpoint=)``
 (``checkpoint``: a ``training.checkpoint.CheckpointPlan`` or None, which the sweep passes
 and the study hands to its trainer), optionally ``run_seeds(configs, progress=,
-device=, checkpoint=)`` for configs equal but for their seed, and ``export(records)``.
+device=, checkpoint=)`` for configs equal but for their seed, and ``export(records, grid)``.
 """
 
 from __future__ import annotations

@@ -29,11 +29,8 @@ def stack_models(models: Sequence[nn.Module]) -> nn.Module | None:
     return None
 
 
-def unstack_model(stacked: nn.Module, i: int, template: nn.Module | None = None) -> nn.Module:
-    """Seed ``i`` of a model made by ``stack_models``, as its reference model (a copy).
-
-    ``template`` (one of the stacked reference models) is accepted for symmetry and unused.
-    """
+def unstack_model(stacked: nn.Module, i: int) -> nn.Module:
+    """Seed ``i`` of a model made by ``stack_models``, as its reference model (a copy)."""
     from structattn_lite.models.csp_stacked import StackedCSP, unstack_csp
 
     if isinstance(stacked, StackedCSP):
