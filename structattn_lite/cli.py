@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import inspect
 import os
 import sys
 import tempfile
@@ -59,8 +58,6 @@ def _configs(args) -> list:
 def _exportable(study) -> list[str] | None:
     """The grids a study's export writes (its COMMITTED_CSV table); None when unknown."""
     table = getattr(study, "COMMITTED_CSV", None)
-    if table is None:
-        table = getattr(inspect.getmodule(study.export), "COMMITTED_CSV", None)
     return None if table is None else list(table)
 
 
@@ -187,9 +184,7 @@ def _export(args) -> int:
         if not finished:
             print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
             return 1
-        parameters = inspect.signature(study.export).parameters
-        grid_arg = {"grid": args.grid} if "grid" in parameters else {}
-        for path in study.export(finished, **grid_arg):
+        for path in study.export(finished, grid=args.grid):
             print(f"{path}: {len(finished)} runs of grid {args.grid!r}")
         return _report_unfinished(log, records)
 

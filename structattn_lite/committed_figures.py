@@ -20,7 +20,18 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from structattn_lite.config import COMMITTED
+from structattn_lite.findings import FIGURES as FINDINGS
 from structattn_lite.report import save_figure, save_table, use_style
+from structattn_lite.studies.ablations import experiment as ab
+from structattn_lite.studies.ablations import report as ct
+from structattn_lite.studies.attention import figures as ap
+from structattn_lite.studies.attention import lowparam
+from structattn_lite.studies.attention import report as tr
+from structattn_lite.studies.attention import tables as at
+from structattn_lite.studies.grokking import experiment as grokking
+from structattn_lite.studies.grokking import report as gr
+from structattn_lite.studies.length import authors as la
+from structattn_lite.studies.length import report as lt
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,6 @@ def _register(stem: str):
 def _attention_curves(grid: str, sweep: str, dataset: str) -> list:
     """A committed grid's full-text float32 runs on ``dataset`` that read the test split.
     (The n-gram floors the notebook prints need the corpus, which is not committed.)"""
-    from structattn_lite.studies.attention import tables as at
-
     return [
         r
         for r in at.load_committed_histories(grid, sweep)
@@ -62,15 +71,11 @@ def _attention_curves(grid: str, sweep: str, dataset: str) -> list:
 
 @_register("02_attention_committed_learning_curves")
 def _attention_learning_curves():
-    from structattn_lite.studies.attention import figures as ap
-
     return ap.plot_learning_curves(_attention_curves("committed", "current", "ptb"))
 
 
 @_register("02_attention_committed_digits_learning_curves")
 def _attention_digits_curves():
-    from structattn_lite.studies.attention import figures as ap
-
     return ap.plot_learning_curves(
         _attention_curves("committed", "current", "digits"), metric="val_loss"
     )
@@ -78,41 +83,27 @@ def _attention_digits_curves():
 
 @_register("02_attention_long_learning_curves")
 def _attention_long_curves():
-    from structattn_lite.studies.attention import figures as ap
-
     return ap.plot_learning_curves(_attention_curves("long", "current", "ptb"))
 
 
 @_register("02_attention_long_learning_curves_first_sweep")
 def _attention_long_first_curves():
-    from structattn_lite.studies.attention import figures as ap
-
     return ap.plot_learning_curves(_attention_curves("long", "first", "ptb"))
 
 
 @_register("02_attention_committed_fraction_sweep")
 def _attention_fraction_sweep():
-    from structattn_lite.studies.attention import figures as ap
-    from structattn_lite.studies.attention import tables as at
-
     return ap.plot_fraction_sweep(at.load_summary(), rates="rates: as tuned on the full text")
 
 
 @_register("02_attention_committed_fraction_sweep_best_rates")
 def _attention_fraction_sweep_best():
-    from structattn_lite.studies.attention import figures as ap
-    from structattn_lite.studies.attention import report as tr
-    from structattn_lite.studies.attention import tables as at
-
     low = tr.best_known(tr.load_first_sweep(), at.load_summary(), parts=("main", "low data"))
     return ap.plot_fraction_sweep(low, rates="rates: each best on validation, per fraction")
 
 
 @_register("02_attention_lowparam")
 def _attention_lowparam():
-    from structattn_lite.studies.attention import lowparam
-    from structattn_lite.studies.attention import tables as at
-
     return lowparam.figure(at.load_summary("lowparam"), at.load_committed_histories("lowparam"))
 
 
@@ -120,10 +111,7 @@ def _attention_lowparam():
 
 
 def _grokking(task: str, grid: str, title: str):
-    from structattn_lite.studies.grokking import experiment as grokking
-    from structattn_lite.studies.grokking import report
-
-    return report.grokking_figure(grokking.committed_records(grid), task, title=title)
+    return gr.grokking_figure(grokking.committed_records(grid), task, title=title)
 
 
 for _task in ("parity", "mod3", "dyck1"):
@@ -142,9 +130,6 @@ _register("03_csp_grokking_parity_paper_era")(
 
 @_register("04_ablations_table3_paper_text")
 def _table3():
-    from structattn_lite.studies.ablations import experiment as ab
-    from structattn_lite.studies.ablations import report as ct
-
     paper_text = ct.load_results((ab.COMMITTED_CSV["paper_text"],))
     caption = "Table 3, paper size. " + ct.grid_caption(paper_text)
     return Table(ct.display_table(ct.table3(paper_text)), caption)
@@ -152,8 +137,6 @@ def _table3():
 
 @_register("04_ablations_table4_paper_size")
 def _table4():
-    from structattn_lite.studies.ablations import report as ct
-
     results = ct.load_results()
     caption = "Table 4, paper size. " + ct.grid_caption(results)
     return Table(ct.display_table(ct.table4(results[results["loss"] == "focal"])), caption)
@@ -161,8 +144,6 @@ def _table4():
 
 @_register("04_ablations_claims_paper_size")
 def _ablation_claims():
-    from structattn_lite.studies.ablations import report as ct
-
     results = ct.load_results()
     pairs = ct.claims_table(results).round(3).set_index(["preset", "claim", "task"])
     return Table(pairs, ct.grid_caption(results))
@@ -171,50 +152,34 @@ def _ablation_claims():
 # --- 05: length generalization (data/results/length_*) --------------------------------
 
 
-def _length_curves(grid: str = "committed") -> pd.DataFrame:
-    from structattn_lite.studies.length import report as lt
-
-    return lt.load_curves(grid)
-
-
-def _length_figure(metric: str):
-    from structattn_lite.studies.length import report as lt
-
-    return lt.plot_curves(_length_curves(), metric)
-
-
 for _metric in ("seq_acc", "unseen_acc"):
-    _register(f"05_length_{_metric}_vs_length")(lambda metric=_metric: _length_figure(metric))
+    _register(f"05_length_{_metric}_vs_length")(
+        lambda metric=_metric: lt.plot_curves(lt.load_curves("committed"), metric)
+    )
 
 
 @_register("05_length_table_all_acc_fixed")
 def _length_table_all():
-    from structattn_lite.studies.length import report as lt
-
-    curves = _length_curves()
+    curves = lt.load_curves("committed")
     caption = "all-positions accuracy, trained at T=16. " + lt.length_caption(curves)
     return Table(lt.length_table(curves, "all_acc", protocol="fixed"), caption)
 
 
 @_register("05_length_table_seq_acc")
 def _length_table_seq():
-    from structattn_lite.studies.length import report as lt
-
-    curves = _length_curves()
+    curves = lt.load_curves("committed")
     caption = "whole-string accuracy at L. " + lt.length_caption(curves)
     return Table(lt.length_table(curves, "seq_acc"), caption)
 
 
 def authors_curves() -> pd.DataFrame:
     """The authors' grid's curves: the full grid if committed, else its short version."""
-    curves = _length_curves("authors")
-    return curves if not curves.empty else _length_curves("authors_short")
+    curves = lt.load_curves("authors")
+    return curves if not curves.empty else lt.load_curves("authors_short")
 
 
 @_register("05_length_authors_table")
 def _length_authors():
-    from structattn_lite.studies.length import authors as la
-
     return la.authors_figure(authors_curves())
 
 
@@ -264,7 +229,6 @@ def write_all(out: Path | None = None) -> list[Path]:
 def stray(folder: Path, written: list[Path]) -> list[Path]:
     """The files in ``folder`` that neither ``written`` (``write_all``'s paths) nor the
     findings figures (``findings.write_figures``) account for."""
-    from structattn_lite.findings import FIGURES as FINDINGS
 
     drawn = {p.name for p in written} | {f"{name}.png" for name in FINDINGS} | {".gitkeep"}
     return sorted(p for p in folder.iterdir() if p.name not in drawn)

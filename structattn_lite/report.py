@@ -19,7 +19,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from structattn_lite.config import COMMITTED, check_choice, figures_dir
-from structattn_lite.stats import welch_difference  # noqa: F401  (re-exported)
 from structattn_lite.training.trainer import Callback
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
@@ -274,16 +273,6 @@ class LivePlot(Callback):
             self.widget.clear_output(wait=True)
             display(fig)
         plt.close(fig)
-
-
-def mean_sd(values, digits: int = 2) -> str:
-    """ "mean ± sd (n seeds)" of the finite values; "-" when there are none."""
-    import numpy as np
-
-    v = np.asarray([x for x in values if x is not None], dtype=float)
-    v = v[np.isfinite(v)]
-    sd = v.std(ddof=1) if len(v) > 1 else float("nan")
-    return format_mean_sd(v.mean() if len(v) else float("nan"), sd, len(v), digits)
 
 
 def format_mean_sd(mean: float, sd: float, seeds: int, digits: int = 2) -> str:

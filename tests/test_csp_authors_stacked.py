@@ -12,8 +12,6 @@ from structattn_lite.models.csp_authors import REVISIONS, AuthorsCSP, AuthorsCSP
 from structattn_lite.models.csp_authors_stacked import (
     StackedAuthorsCSP,
     _key,
-    stack_authors,
-    unstack_authors,
 )
 from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
 from structattn_lite.training.trainer import OptimConfig
@@ -48,7 +46,7 @@ def compare(cfg, n_seeds, dtype, last, perturb):
     x = torch.randint(0, cfg.vocab_size, (n_seeds, 8, 12), generator=g)
     shape = (8, cfg.n_classes) if last else (8, 12, cfg.n_classes)
     weights = torch.randn(n_seeds, *shape, generator=g, dtype=torch.float64)
-    stacked = stack_authors([copy.deepcopy(r).to(dtype) for r in refs])
+    stacked = StackedAuthorsCSP.stack([copy.deepcopy(r).to(dtype) for r in refs])
     out, grads = outputs_and_grads(stacked, x, weights.to(dtype), last)
     for s, ref in enumerate(refs):
         exact, exact_grads = outputs_and_grads(ref, x[s], weights[s], last)
@@ -83,9 +81,9 @@ def test_outputs_and_gradients_equal_the_reference(revision, vocab, classes, n_s
 def test_round_trip_and_what_trains(revision):
     cfg = AuthorsCSPConfig(revision=revision, vocab_size=3, d_model=5, n_layers=2)
     refs = reference_models(cfg, (0, 1), perturb=0.1)
-    stacked = stack_authors(refs)
+    stacked = StackedAuthorsCSP.stack(refs)
     for s, ref in enumerate(refs):
-        back = unstack_authors(stacked, s)
+        back = stacked.unstack(s)
         for name, value in ref.state_dict().items():
             assert torch.equal(back.state_dict()[name], value), name
     names = {n for n, _ in stacked.named_parameters()}
@@ -94,7 +92,7 @@ def test_round_trip_and_what_trains(revision):
     fresh = StackedAuthorsCSP(cfg, 2)  # S reference initialisations
     assert not torch.equal(fresh.w("decoder.weight")[0], fresh.w("decoder.weight")[1])
     with pytest.raises(ValueError, match="one config"):
-        stack_authors([AuthorsCSP(cfg), AuthorsCSP(AuthorsCSPConfig(revision=revision))])
+        StackedAuthorsCSP.stack([AuthorsCSP(cfg), AuthorsCSP(AuthorsCSPConfig(revision=revision))])
 
 
 def test_trainable_count_equals_the_references_trained_parameters():
@@ -105,7 +103,7 @@ def test_trainable_count_equals_the_references_trained_parameters():
             for n, p in ref.named_parameters()
             if p.requires_grad and not n.startswith(("head.", "theta_proj."))
         )
-        stacked = stack_authors([ref])
+        stacked = StackedAuthorsCSP.stack([ref])
         assert sum(p.numel() for p in stacked.parameters()) == used
 
 

@@ -10,7 +10,7 @@ import stack_support
 import torch
 
 from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
-from structattn_lite.models.csp_stacked import StackedCSP, _pairs, stack_csps, unstack_csp
+from structattn_lite.models.csp_stacked import StackedCSP, _pairs
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss
 from structattn_lite.training.stacked_trainer import StackedAdam, per_seed_grad_norm, per_seed_loss
@@ -66,7 +66,7 @@ def compare(cfg, n_seeds, dtype, last=False, batch=8, length=16, perturb=0.0):
     x = torch.randint(0, cfg.vocab_size, (n_seeds, batch, length), generator=g)
     shape = (batch, cfg.n_classes) if last else (batch, length, cfg.n_classes)
     weights = torch.randn(n_seeds, *shape, generator=g, dtype=torch.float64)
-    stacked = stack_csps([copy.deepcopy(r).to(dtype) for r in refs])
+    stacked = StackedCSP.stack([copy.deepcopy(r).to(dtype) for r in refs])
     out, grads = outputs_and_grads(stacked, x, weights.to(dtype), last)
     for s, ref in enumerate(refs):
         exact, exact_grads = outputs_and_grads(ref, x[s], weights[s], last)
@@ -167,9 +167,9 @@ def test_every_switch_combination_in_float64():
 def test_stack_unstack_round_trip_and_errors():
     cfg = csp_config("code_switches", d_model=6, n_layers=2, norm="layernorm", rotation="none")
     refs = reference_models(cfg, (0, 1), perturb=0.1)
-    stacked = stack_csps(refs)
+    stacked = StackedCSP.stack(refs)
     for s, ref in enumerate(refs):
-        back = unstack_csp(stacked, s)
+        back = stacked.unstack(s)
         assert back.state_dict().keys() == ref.state_dict().keys()
         for name, value in ref.state_dict().items():
             assert torch.equal(back.state_dict()[name], value), name
@@ -181,11 +181,11 @@ def test_stack_unstack_round_trip_and_errors():
     fresh = StackedCSP(cfg, 3)  # S reference initialisations
     assert fresh.embed.shape == (3, 2, 12) and not torch.equal(fresh.embed[0], fresh.embed[1])
     with pytest.raises(ValueError, match="one config"):
-        stack_csps([CSP(cfg), CSP(dataclasses.replace(cfg, skip=False))])
+        StackedCSP.stack([CSP(cfg), CSP(dataclasses.replace(cfg, skip=False))])
     with pytest.raises(ValueError, match="n_seeds must be an integer >= 1"):
         StackedCSP(cfg, 0)
     with pytest.raises(ValueError, match=r"seed index must be in \[0, 2\)"):
-        unstack_csp(stacked, 2)
+        stacked.unstack(2)
     with pytest.raises(ValueError, match=r"tokens must be integer \[S=2, B, T\]"):
         stacked(torch.zeros(3, 4, 5, dtype=torch.long))
 

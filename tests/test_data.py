@@ -32,7 +32,7 @@ def write_char_files(folder: Path, texts: dict[str, str]) -> None:
 @needs_ptb
 def test_real_char_ptb_has_the_standard_vocabulary_and_sizes():
     c = data.char_ptb(REAL_ROOT)
-    assert c.source == "ptb" and not c.is_fallback
+    assert c.source == "ptb"
     assert len(c.vocab) == 50 and "\n" in c.vocab and "_" in c.vocab
     assert len(c.train) == 5_017_482  # single-char tokens (the README quotes 5,017,483)
     assert 390_000 < len(c.valid) < 396_000 and 440_000 < len(c.test) < 445_000
@@ -80,7 +80,7 @@ def test_small_files_without_checksum_and_unknown_symbols(tmp_path):
 
 def test_fallback_corpus_is_labelled_and_usable():
     c = data.fallback_corpus()
-    assert c.is_fallback and "FALLBACK" in c.source and "not Penn Treebank" in c.source
+    assert "FALLBACK" in c.source and "not Penn Treebank" in c.source
     assert len(c.train) > 100_000 and len(c.valid) > 5_000
     assert "_" in c.vocab and "\n" in c.vocab and len(c.vocab) < 80
     assert data.load_corpus("fallback") is c

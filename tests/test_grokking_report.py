@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from structattn_lite.records import RunRecord
-from structattn_lite.report import welch_difference
+from structattn_lite.stats import welch_difference
 from structattn_lite.studies.grokking import report
 from structattn_lite.studies.grokking.experiment import GRIDS, grid
 

@@ -119,15 +119,17 @@ def test_population_of_equal_count_negatives():
     assert Dyck1().n_negative(16) == math.comb(16, 8) - 1430
 
 
-def test_paper_preset_matches_the_paper():
-    from structattn_lite.data.splits import paper_dataset
+def test_paper_sizes_match_the_paper():
+    from structattn_lite.data.splits import make_dataset
+    from structattn_lite.data.tasks import PAPER_LENGTH, PAPER_N
+
+    def paper(task):
+        return make_dataset(task, PAPER_N[task], PAPER_LENGTH, 0, leaky=True)
 
     for task, n in [("parity", 5000), ("mod3", 5000), ("dyck1", 10000)]:
-        data = paper_dataset(task, seed=0)
+        data = paper(task)
         total = len(data.x_train) + len(data.x_val) + len(data.x_test)
         assert (total, data.length, data.leaky) == (n, 16, True)
-    dyck = paper_dataset("dyck1")
+    dyck = paper("dyck1")
     y = torch.cat([dyck.y_train, dyck.y_val, dyck.y_test])
     assert y[:, -1].float().mean().item() == pytest.approx(0.5)
-    with pytest.raises(ValueError, match=r"task='modk'.*'parity', 'mod3', 'dyck1'"):
-        paper_dataset("modk")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.data.tasks import LABELS, PAPER_LENGTH, PAPER_N, Task, make_task
+from structattn_lite.data.tasks import LABELS, Task, make_task
 
 
 @dataclass
@@ -53,10 +53,6 @@ class StateTrackingData:
     @property
     def overlap(self) -> float:
         return self.stats["test_in_train"]
-
-    @property
-    def prefix_overlap(self) -> float:
-        return self.stats["test_prefixes_in_train"]
 
     def summary(self) -> dict:
         return {
@@ -166,9 +162,3 @@ def make_dataset(
         x_val=x_val,
         y_val=y[n_test:cut],
     )
-
-
-def paper_dataset(task: str, seed: int = 0, **options) -> StateTrackingData:
-    """The paper's preset: its length, sample size and i.i.d. random split (leaky)."""
-    check_choice("task", task, tuple(PAPER_N))
-    return make_dataset(task, PAPER_N[task], PAPER_LENGTH, seed, leaky=True, **options)

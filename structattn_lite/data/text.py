@@ -49,10 +49,6 @@ class CharCorpus:
     source: str  # "ptb" or FALLBACK_LABEL
     location: str
 
-    @property
-    def is_fallback(self) -> bool:
-        return self.source != "ptb"
-
     def encode(self, symbols: str | list[str]) -> torch.Tensor:
         return torch.from_numpy(encode(list(symbols), self.vocab))
 

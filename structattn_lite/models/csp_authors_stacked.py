@@ -2,7 +2,7 @@
 
 Every tensor of ``AuthorsCSP``'s state dict is held here with a leading seed axis S, under
 its own name ("layers.0.B_proj.weight" as ``layers__0__B_proj__weight``), so
-``stack_authors`` copies S reference models in and ``unstack_authors`` copies seed s out.
+``StackedAuthorsCSP.stack`` copies S reference models in and ``.unstack`` copies seed s out.
 Trainable tensors are parameters; the frozen embedding table (778a15c) and the inert head
 and input-rotation projection (which the reference never calls, so they get no gradient)
 are buffers, so an optimizer over ``parameters()`` moves exactly what the reference's does.
@@ -172,13 +172,13 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 class StackedAuthorsCSP(SeedStack):
     """S ``AuthorsCSP`` models of one config as one module; see the module docstring."""
 
+    reference = AuthorsCSP
+
     def __init__(self, cfg: AuthorsCSPConfig, n_seeds: int = 1, init: bool = True):
-        super().__init__()
         if not isinstance(cfg, AuthorsCSPConfig):
             raise ValueError(f"cfg must be an AuthorsCSPConfig, got {type(cfg).__name__}")
-        if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
-            raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
-        self.cfg, self.n_seeds, self.traits = cfg, n_seeds, cfg.traits
+        super().__init__(cfg, n_seeds)
+        self.traits = cfg.traits
         with torch.device("meta"):
             template = AuthorsCSP(cfg)
         trainable = {n for n, p in template.named_parameters() if p.requires_grad}
@@ -193,7 +193,14 @@ class StackedAuthorsCSP(SeedStack):
         if init:  # S fresh reference initialisations, one after another
             with torch.no_grad():
                 for i in range(n_seeds):
-                    _copy_in(self, i, AuthorsCSP(cfg))
+                    self._copy_in(i, AuthorsCSP(cfg))
+
+    def _copy_in(self, i: int, model: AuthorsCSP) -> None:
+        for name, value in model.state_dict().items():
+            self.w(name)[i].copy_(value)
+
+    def _seed_state(self, i: int, ref_state: dict) -> dict:
+        return {name: self.w(name)[i].detach().clone() for name in self.names}
 
     def w(self, name: str) -> torch.Tensor:
         return getattr(self, _key(name))
@@ -299,35 +306,3 @@ class StackedAuthorsCSP(SeedStack):
         )
         logits = logits.view(s, -1, batch, self.cfg.n_classes).transpose(1, 2)
         return logits[:, :, -1] if last else logits
-
-
-def _copy_in(stacked: StackedAuthorsCSP, i: int, model: AuthorsCSP) -> None:
-    for name, value in model.state_dict().items():
-        stacked.w(name)[i].copy_(value)
-
-
-def stack_authors(models: list[AuthorsCSP]) -> StackedAuthorsCSP:
-    """One stacked model holding copies of ``models`` (one config) as seeds 0..S-1."""
-    if not models or any(not isinstance(m, AuthorsCSP) for m in models):
-        raise ValueError("stack_authors needs a non-empty list of models.csp_authors.AuthorsCSP")
-    cfg = models[0].cfg
-    if any(m.cfg != cfg for m in models):
-        raise ValueError("stack_authors needs models of one config (they differ in their cfg)")
-    p = next(iter(models[0].state_dict().values()))
-    stacked = StackedAuthorsCSP(cfg, len(models), init=False).to(device=p.device, dtype=p.dtype)
-    with torch.no_grad():
-        for i, m in enumerate(models):
-            _copy_in(stacked, i, m)
-    return stacked
-
-
-def unstack_authors(stacked: StackedAuthorsCSP, i: int) -> AuthorsCSP:
-    """Seed ``i`` of a stacked model as a reference ``AuthorsCSP`` (a copy)."""
-    if not 0 <= i < stacked.n_seeds:
-        raise ValueError(f"seed index must be in [0, {stacked.n_seeds}), got {i}")
-    p = stacked.w(stacked.names[0])
-    with torch.device("meta"):
-        model = AuthorsCSP(stacked.cfg)
-    model = model.to_empty(device=p.device).to(p.dtype)
-    model.load_state_dict({name: stacked.w(name)[i].detach().clone() for name in stacked.names})
-    return model

@@ -2,7 +2,7 @@
 
 Every parameter carries a leading seed dimension S (S = 1 is one plain model), so S seeds
 train with batched matmuls instead of a Python loop over models. It computes what
-``CSP`` computes (``stack_csps`` copies S reference models in, ``unstack_csp`` copies
+``CSP`` computes (``StackedCSP.stack`` copies S reference models in, ``.unstack`` copies
 seed s out; the tests check outputs and gradients), changing only the form:
 
 - a complex vector is its two real halves on one axis, [re | im] (the reference's own
@@ -108,7 +108,43 @@ def seed_token_rows(tokens: torch.Tensor, n_seeds: int, vocab: int):
 
 
 class SeedStack(nn.Module):
-    """What every seed-stacked model shares: predictions in chunks of rows."""
+    """What every seed-stacked model shares: its seed count, copying reference models (of
+    class ``reference``) in and out, and predictions in chunks of rows. A subclass defines
+    ``_copy_in(i, model)`` and ``_seed_state(i, reference_state)``."""
+
+    reference: type[nn.Module]
+
+    def __init__(self, cfg, n_seeds: int):
+        super().__init__()
+        if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
+            raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
+        self.cfg, self.n_seeds = cfg, n_seeds
+
+    @classmethod
+    def stack(cls, models: list[nn.Module]):
+        """One stacked model holding copies of ``models`` (one config) as seeds 0..S-1."""
+        ref = cls.reference
+        if not models or any(not isinstance(m, ref) for m in models):
+            raise ValueError(f"{cls.__name__}.stack needs a non-empty list of {ref.__name__}")
+        if any(m.cfg != models[0].cfg for m in models):
+            raise ValueError(f"{cls.__name__}.stack needs models of one config (cfgs differ)")
+        p = next(iter(models[0].state_dict().values()))
+        stacked = cls(models[0].cfg, len(models), init=False).to(device=p.device, dtype=p.dtype)
+        with torch.no_grad():
+            for i, m in enumerate(models):
+                stacked._copy_in(i, m)
+        return stacked
+
+    def unstack(self, i: int) -> nn.Module:
+        """Seed ``i`` as a reference model (a copy)."""
+        if not 0 <= i < self.n_seeds:
+            raise ValueError(f"seed index must be in [0, {self.n_seeds}), got {i}")
+        p = next(iter(self.state_dict().values()))
+        with torch.device("meta"):
+            model = self.reference(self.cfg)
+        model = model.to_empty(device=p.device).to(p.dtype)
+        model.load_state_dict(self._seed_state(i, model.state_dict()))
+        return model
 
     @torch.no_grad()
     def predict(self, tokens: torch.Tensor, chunk: int = 512, last: bool = False) -> torch.Tensor:
@@ -123,13 +159,12 @@ class SeedStack(nn.Module):
 class StackedCSP(SeedStack):
     """S CSPs of one config as one module; see the module docstring."""
 
+    reference = CSP
+
     def __init__(self, cfg: CSPConfig, n_seeds: int = 1, init: bool = True):
-        super().__init__()
         if not isinstance(cfg, CSPConfig):
             raise ValueError(f"cfg must be a CSPConfig, got {type(cfg).__name__}")
-        if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
-            raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
-        self.cfg, self.n_seeds = cfg, n_seeds
+        super().__init__(cfg, n_seeds)
         d, s = cfg.d_model, n_seeds
         self.embed = nn.Parameter(torch.empty(s, cfg.vocab_size, 2 * d))
         self.blocks = nn.ModuleList(StackedBlock(cfg, s) for _ in range(cfg.n_layers))
@@ -138,7 +173,21 @@ class StackedCSP(SeedStack):
         if init:  # S fresh reference initialisations, one after another
             with torch.no_grad():
                 for i in range(s):
-                    _copy_in(self, i, CSP(cfg))
+                    self._copy_in(i, CSP(cfg))
+
+    def _copy_in(self, i: int, model: CSP) -> None:
+        state = model.state_dict()
+        for ref, tensor, transposed in _pairs(self):
+            w = state[ref].t() if transposed else state[ref]
+            tensor[i].copy_(w.reshape(tensor[i].shape))
+
+    def _seed_state(self, i: int, ref_state: dict) -> dict:
+        return {
+            ref: (tensor[i].detach().t() if transposed else tensor[i].detach())
+            .reshape(ref_state[ref].shape)
+            .clone()
+            for ref, tensor, transposed in _pairs(self)
+        }
 
     def forward(self, tokens: torch.Tensor, last: bool = False) -> torch.Tensor:
         s, v = self.n_seeds, self.cfg.vocab_size
@@ -187,45 +236,3 @@ def _pairs(stacked: StackedCSP):
         for ref, name, transposed in _BLOCK_MAP:
             if hasattr(block, name):
                 yield f"blocks.{i}.{ref}", getattr(block, name), transposed
-
-
-def _copy_in(stacked: StackedCSP, i: int, model: CSP) -> None:
-    state = model.state_dict()
-    for ref, tensor, transposed in _pairs(stacked):
-        w = state[ref].t() if transposed else state[ref]
-        tensor[i].copy_(w.reshape(tensor[i].shape))
-
-
-def stack_csps(models: list[CSP]) -> StackedCSP:
-    """One stacked model holding copies of ``models`` (one config) as seeds 0..S-1."""
-    if not models or any(not isinstance(m, CSP) for m in models):
-        raise ValueError("stack_csps needs a non-empty list of models.csp.CSP")
-    cfg = models[0].cfg
-    if any(m.cfg != cfg for m in models):
-        raise ValueError("stack_csps needs models of one config (they differ in their cfg)")
-    p = next(models[0].parameters())
-    with torch.device("meta"):
-        stacked = StackedCSP(cfg, len(models), init=False)
-    stacked = stacked.to_empty(device=p.device).to(p.dtype)
-    with torch.no_grad():
-        for i, m in enumerate(models):
-            _copy_in(stacked, i, m)
-    return stacked
-
-
-def unstack_csp(stacked: StackedCSP, i: int) -> CSP:
-    """Seed ``i`` of a stacked model as a reference ``CSP`` (a copy)."""
-    if not 0 <= i < stacked.n_seeds:
-        raise ValueError(f"seed index must be in [0, {stacked.n_seeds}), got {i}")
-    p = stacked.embed
-    with torch.device("meta"):
-        model = CSP(stacked.cfg)
-    model = model.to_empty(device=p.device).to(p.dtype)
-    state = {}
-    ref_state = model.state_dict()
-    for ref, tensor, transposed in _pairs(stacked):
-        w = tensor[i].detach()
-        shape = ref_state[ref].shape
-        state[ref] = (w.t() if transposed else w).reshape(shape).clone()
-    model.load_state_dict(state)
-    return model

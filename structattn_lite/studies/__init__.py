@@ -4,7 +4,7 @@
 class, ``grid(name)``, ``run(config, progress=, callbacks=, device=, checkpoint=)``
 (``checkpoint``: a ``training.checkpoint.CheckpointPlan`` or None, which the sweep passes
 and the study hands to its trainer), optionally ``run_seeds(configs, progress=,
-device=, checkpoint=)`` for configs equal but for their seed, and ``export(records)``.
+device=, checkpoint=)`` for configs equal but for their seed, and ``export(records, grid)``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ STUDIES: dict[str, ModuleType] = {
     "ablations": ablations,
     "length": length,
 }
-NOTEBOOKS = {"attention": "02", "grokking": "03", "ablations": "04", "length": "05"}
 
 
 def get_study(study: str | ModuleType) -> ModuleType:

@@ -65,16 +65,6 @@ def protocol_run(name: str, task: str, **fields: Any) -> CSPRun:
     return dataclasses.replace(CSPRun(task=task), **{**base, **fields})
 
 
-def protocol_of(config: dict[str, Any]) -> str:
-    """The protocol a run's config follows ("custom" when it follows none exactly)."""
-    for name in PROTOCOLS:
-        expected = dataclasses.asdict(protocol_run(name, config["task"]))
-        keys = protocol_fields(name, config["task"]) or {}
-        if all(config.get(k) == expected[k] for k in keys):
-            return name if keys else "custom"
-    return "custom"
-
-
 # What still differs between our "authors" runs and the authors' own (read from their
 # code at 3bb9f71 / 7d6c56a): shown in notebooks 03 and 05 beside every comparison.
 AUTHORS_DIFFERENCES = [

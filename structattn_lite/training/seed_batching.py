@@ -17,29 +17,19 @@ from torch import nn
 
 def stack_models(models: Sequence[nn.Module]) -> nn.Module | None:
     """One stacked model for reference models of one config, or None if it has no stacked form."""
-    from structattn_lite.models.csp import CSP
-    from structattn_lite.models.csp_authors import AuthorsCSP
-    from structattn_lite.models.csp_authors_stacked import stack_authors
-    from structattn_lite.models.csp_stacked import stack_csps
+    from structattn_lite.models.csp_authors_stacked import StackedAuthorsCSP
+    from structattn_lite.models.csp_stacked import StackedCSP
 
-    if all(type(m) is CSP for m in models) and len({m.cfg for m in models}) == 1:
-        return stack_csps(list(models))
-    if all(type(m) is AuthorsCSP for m in models) and len({m.cfg for m in models}) == 1:
-        return stack_authors(list(models))
+    for stacked in (StackedCSP, StackedAuthorsCSP):
+        if all(type(m) is stacked.reference for m in models) and len({m.cfg for m in models}) == 1:
+            return stacked.stack(list(models))
     return None
 
 
-def unstack_model(stacked: nn.Module, i: int, template: nn.Module | None = None) -> nn.Module:
-    """Seed ``i`` of a model made by ``stack_models``, as its reference model (a copy).
+def unstack_model(stacked: nn.Module, i: int) -> nn.Module:
+    """Seed ``i`` of a model made by ``stack_models``, as its reference model (a copy)."""
+    from structattn_lite.models.csp_stacked import SeedStack
 
-    ``template`` (one of the stacked reference models) is accepted for symmetry and unused.
-    """
-    from structattn_lite.models.csp_stacked import StackedCSP, unstack_csp
-
-    if isinstance(stacked, StackedCSP):
-        return unstack_csp(stacked, i)
-    from structattn_lite.models.csp_authors_stacked import StackedAuthorsCSP, unstack_authors
-
-    if isinstance(stacked, StackedAuthorsCSP):
-        return unstack_authors(stacked, i)
-    raise ValueError(f"not a stacked model: {type(stacked).__name__}")
+    if not isinstance(stacked, SeedStack):
+        raise ValueError(f"not a stacked model: {type(stacked).__name__}")
+    return stacked.unstack(i)

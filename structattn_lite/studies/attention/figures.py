@@ -16,13 +16,6 @@ from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
 from structattn_lite.studies.attention.tables import float32_finals
 
-NOTEBOOK = "02_attention"
-
-
-def slug(name: str) -> str:
-    """A file-name-safe form of a variant label: "matroidal m=2d (sep q/k)" -> "matroidal_m2d_sep_qk"."""
-    return "_".join("".join(ch for ch in name if ch.isalnum() or ch == " ").split())
-
 
 def _variants(records: list[RunRecord]) -> list[str]:
     return list(dict.fromkeys(r.extra["variant"] for r in records))

@@ -24,6 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from structattn_lite import stats
 from structattn_lite.data import FALLBACK_LABEL, load_corpus
 from structattn_lite.models.attention_checks import gradient_agreement
 from structattn_lite.report import grid_markdown, save_figure
@@ -55,7 +56,6 @@ from structattn_lite.studies.attention.tables import (
     measurement_table,
     pruning_table,
     summarize,
-    t_half_width,
 )
 from structattn_lite.studies.attention.tasks import floor_table
 
@@ -121,9 +121,7 @@ def precision_table(summary: pd.DataFrame) -> pd.DataFrame:
             index="seed", columns="precision", values="test_bpc"
         )
         diffs = (runs["bfloat16"] - runs["float32"]).dropna()
-        d = float(diffs.mean())
-        half = t_half_width(diffs) if len(diffs) > 1 else math.nan
-        rows.append([variant, d, d - half, d + half, len(diffs)])
+        rows.append([variant, *stats.mean_interval(diffs)])
     return pd.DataFrame(rows, columns=["variant", *DIFFERENCE])
 
 

@@ -16,7 +16,6 @@ import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.records import RunRecord
-from structattn_lite.stats import welch_difference
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     FIRST_SWEEP_CSV,
@@ -29,7 +28,6 @@ PARAM_KEYS = ("params_total", "params_attention", "params_metric")
 FLOP_KEYS = ("flops_fast", "flops_reference", "flops_analytic", "flops_pairwise")
 AUDIT_KEYS = ("nonfinite_logits", "underflow_rows", "zero_rows", "neg_sq_dist", "fast_ref_gap")
 FAST_KEYS = ("rows", "nonfinite", "saturated_rows", "max_abs_logit", "fallbacks", "calls")
-LEVEL = 0.95
 GRID_KEYS = ("d_model", "n_heads", "n_layers", "block_size", "batch_size")
 
 
@@ -185,11 +183,6 @@ def _metric_drift(config: dict, weights) -> float:
     return float(np.abs(w / start - 1).max())
 
 
-def t_half_width(v: pd.Series) -> float:
-    """Half-width of the 95% Student-t interval on the mean of ``v`` (two values or more)."""
-    return stats.t_half_width(float(v.std(ddof=1)), len(v), LEVEL)
-
-
 def interval(values, digits: int = 3) -> str:
     """ "mean ± half-width (n=k, 95% t)"; one seed has no interval and says so."""
     v = pd.Series(values, dtype=float).dropna()
@@ -197,16 +190,15 @@ def interval(values, digits: int = 3) -> str:
         return "n/a"
     if len(v) == 1:
         return f"{v.iloc[0]:.{digits}f} (n=1, no interval)"
-    return f"{v.mean():.{digits}f} ± {t_half_width(v):.{digits}f} (n={len(v)}, 95% t)"
+    half = stats.t_half_width(float(v.std(ddof=1)), len(v))
+    return f"{v.mean():.{digits}f} ± {half:.{digits}f} (n={len(v)}, 95% t)"
 
 
 def difference(a, b) -> tuple[float, float, float, int]:
     """mean(b) - mean(a), its 95% Welch interval (low, high), and the smaller n."""
-    a, b = (pd.Series(v, dtype=float).dropna() for v in (a, b))
-    diff, low, high = welch_difference(
-        (b.mean(), b.std(ddof=1), len(b)), (a.mean(), a.std(ddof=1), len(a)), LEVEL
-    )
-    return float(diff), low, high, min(len(a), len(b))
+    sa, sb = stats.summary(a), stats.summary(b)
+    diff, low, high = stats.welch_difference(sb, sa)
+    return float(diff), low, high, min(sa[2], sb[2])
 
 
 def finals(summary: pd.DataFrame) -> pd.DataFrame:
