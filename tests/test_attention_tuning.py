@@ -4,6 +4,8 @@ the edge check past the sweep, and whether a sweep's choice holds at the full bu
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -162,7 +164,8 @@ def test_each_part_shows_the_ledger_rows_it_decides_and_the_floors_of_its_text()
     low = tr.ledger_rows(ledger, "low_data")
     assert list(low["id"]) == ["attention/low_data/dense", "attention/low_data/dot"]
     assert set(tr.ledger_rows(ledger, "stable", "digits")["id"]) == {
-        "attention/stable/nonfinite", "attention/stable/bfloat16", "attention/digits"}  # fmt: skip
+        "attention/stable/nonfinite", "attention/stable/saturated", "attention/stable/bfloat16",
+        "attention/digits"}  # fmt: skip
     assert tr.ledger_rows(ledger, "no_such_row").empty
     floors = {"valid": {"bigram": 3.3}, "test": {"bigram": 3.4}}
     text_and_digits = pd.DataFrame({"dataset": ["ptb", "digits"]})
@@ -290,6 +293,9 @@ class _Store:
     def __init__(self, bpc):
         self.bpc = bpc
 
+    def path(self, experiment, key):  # a path that exists: no committed run to restore
+        return Path(__file__)
+
     def load(self, experiment, cfg):
         best = self.bpc.get((st.variant_key(cfg), cfg.recipe.lr))
         if best is None or cfg.read_test:
@@ -346,3 +352,26 @@ def test_the_low_parameter_finals_ran_at_the_rate_the_shown_sweep_is_lowest_at()
     ran = {k: set(g["lr"]) for k, g in finals.groupby(["d_model", "variant"])}
     assert ran and all(ran[k] == {shown[k]} for k in ran)
     assert (sweep["seeds"] == len(grids.GRIDS["lowparam"]["tune_seeds"])).all()
+
+
+def test_a_new_store_gets_the_committed_low_parameter_runs_and_exports_them_unchanged(
+    tmp_path, monkeypatch
+):
+    committed = tables.load_committed_histories("lowparam")
+    files = [tmp_path / "results" / name for name in grids.COMMITTED_CSV["lowparam"]]
+    for path in files:
+        path.parent.mkdir(exist_ok=True)
+        shutil.copy(st.cfgmod.results_dir() / path.name, path)
+    monkeypatch.setattr(st.cfgmod, "results_dir", lambda: tmp_path / "results")
+    monkeypatch.setattr(st, "resolve_dataset", lambda root=None: "ptb")  # as committed
+    store = RunStore(tmp_path / "runs")
+    configs = st.grid("lowparam", store=store)  # restores, then reads the store
+    cached = {r.key: r for c in configs if (r := store.load("attention", c)) is not None}
+    assert set(cached) == {r.key for r in committed}  # every committed run, none retrained
+    tuned = [r for r in cached.values() if not r.config["read_test"]]
+    assert st.choose_lrs(tuned) == st.choose_lrs(
+        [r for r in committed if not r.config["read_test"]]
+    )
+    before = [path.read_bytes() for path in files]
+    st.export(list(cached.values()), grid="lowparam")  # restored runs keep their rows
+    assert [path.read_bytes() for path in files] == before

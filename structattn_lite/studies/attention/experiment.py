@@ -356,12 +356,20 @@ def final_grid(name: str, lrs: dict[str, float], keys=None) -> list[Config]:
             if keys is None or variant_key(c) in keys]  # fmt: skip
 
 
+# Grids whose committed files grow over sessions: an export replaces the runs it holds
+# and keeps the others (the low-parameter arm is more than one session's cores).
+GROWN_ACROSS_SESSIONS = ("lowparam",)
+RESTORED = "restored_from"  # extra of a record rebuilt from a committed file
+
+
 def grid(name: str, store=None) -> list[Config]:
     """The tuning grid (widened where a best rate sits at its edge), then the final runs
     of every variant whose tuning runs are all cached, then the edge check."""
     from structattn_lite.records import RunStore
 
     store = store or RunStore()
+    if name in GROWN_ACROSS_SESSIONS:
+        restore_committed(name, store)
     tuning = tuning_grid(name)
     while True:  # a variant widens only once all its runs so far are in
         cached = {c: store.load(EXPERIMENT, c) for c in tuning}
@@ -377,6 +385,22 @@ def grid(name: str, store=None) -> list[Config]:
     return tuning + final_grid(name, lrs, keys=lrs) + ([] if missing else edge_grid(name))
 
 
+def restore_committed(name: str, store) -> list[RunRecord]:
+    """Save into ``store`` the grid's committed runs it lacks, rebuilt from the committed
+    histories (config, status and learning curve; the per-step norms and measurements stay
+    in the committed summary), so a later session neither retrains them nor chooses its
+    rates without them. ``export`` leaves their committed rows as they are."""
+    from structattn_lite.studies.attention.tables import load_committed_histories
+
+    restored = []
+    for r in load_committed_histories(name):
+        if not store.path(EXPERIMENT, r.key).exists():
+            r.extra[RESTORED] = COMMITTED_CSV[name][1]
+            store.save(r)
+            restored.append(r)
+    return restored
+
+
 def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
     """Tune (widening where the grid asks), choose each variant's rate on validation,
     train the final runs, then the edge check (rates past the sweep, which do not change
@@ -390,11 +414,6 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
     return records
 
 
-# Grids whose committed files grow over sessions: an export replaces the runs it holds
-# and keeps the others (the low-parameter arm is more than one session's cores).
-GROWN_ACROSS_SESSIONS = ("lowparam",)
-
-
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """The committed compact results: one CSV row per run (summary) and the histories."""
     from structattn_lite.records import export_histories
@@ -403,6 +422,9 @@ def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     runs_name, histories_name = COMMITTED_CSV[cfgmod.check_choice("grid", grid, COMMITTED_CSV)]
     out = cfgmod.results_dir()
     out.mkdir(parents=True, exist_ok=True)
+    records = [r for r in records if RESTORED not in r.extra]  # their rows are committed
+    if not records:
+        return []
     summary, frame = out / runs_name, summarize(records)
     keep = None
     if grid in GROWN_ACROSS_SESSIONS:  # a run store does not outlive its machine
