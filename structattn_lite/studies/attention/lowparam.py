@@ -17,7 +17,7 @@ from structattn_lite import stats
 from structattn_lite.config import results_dir
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
-from structattn_lite.studies.attention.grids import GRIDS
+from structattn_lite.studies.attention.grids import GRIDS, heads_for
 
 GRID = "lowparam"
 FLOORS_CSV = "attention_ngram_floors.csv"
@@ -32,24 +32,42 @@ def finals(runs: pd.DataFrame | None) -> pd.DataFrame:
     return done.sort_values(["d_model", "variant", "seed"])
 
 
-TABLE_COLUMNS = ["d_model", "heads", "variant", "rate", "params", "metric params", "test bpc",
-                 "95% low", "95% high", "seeds", "early-stopped", "median steps"]  # fmt: skip
+TABLE_COLUMNS = ["d_model", "heads", "variant", "tuning runs", "rate", "params",
+                 "metric params", "test bpc", "95% low", "95% high", "seeds", "early-stopped",
+                 "median steps"]  # fmt: skip
+
+
+def cells() -> list[tuple[int, str]]:
+    """Every (d_model, variant) the grid trains, in its order."""
+    from structattn_lite.studies.attention.experiment import tuning_grid, variant_label
+
+    return list(dict.fromkeys((c.d_model, variant_label(c)) for c in tuning_grid(GRID)))
 
 
 def table(runs: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per (d_model, variant): its chosen rate, parameters, test bpc over seeds."""
+    """One row per (d_model, variant) of the grid: its tuning runs so far, its chosen
+    rate, parameters and test bpc over the final runs (no numbers and 0 seeds where the
+    finals are not trained yet)."""
+    done = finals(runs)
+    tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else done
     rows = []
-    for (d, variant), g in finals(runs).groupby(["d_model", "variant"], sort=True):
+    for d, variant in cells():
+        g = done[(done["d_model"] == d) & (done["variant"] == variant)]
         mean, low, high, n = stats.mean_interval(g["test_bpc"].tolist())
+        first = g.iloc[0] if len(g) else pd.Series(dtype=object)
         rows.append({
-            "d_model": d, "heads": int(g["n_heads"].iloc[0]), "variant": variant,
-            "rate": g["lr"].iloc[0], "params": int(g["params_total"].iloc[0]),
-            "metric params": int(g["params_metric"].iloc[0]),
+            "d_model": d, "heads": heads_for(d), "variant": variant,
+            "tuning runs": int(((tuned["d_model"] == d) & (tuned["variant"] == variant)).sum()),
+            "rate": first.get("lr"), "params": first.get("params_total"),
+            "metric params": first.get("params_metric"),
             "test bpc": mean, "95% low": low, "95% high": high, "seeds": n,
             "early-stopped": f"{(g['stop'] == 'early_stop').sum()} of {len(g)}",
-            "median steps": int(g["steps"].median()),
+            "median steps": g["steps"].median(),
         })  # fmt: skip
-    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    frame = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    counts = ["params", "metric params", "median steps"]
+    frame[counts] = frame[counts].astype(float).round().astype("Int64")
+    return frame
 
 
 def tuning(histories: list[RunRecord]) -> pd.DataFrame:
@@ -107,7 +125,7 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     peak rate; (b, c) test bpc of the final runs against all parameters and against the
     metric's own (one point per size); (d) the finals' mean validation bpc against training
     characters with the bigram and trigram floors. Solid: d_model 32; dashed: 64."""
-    summary = table(runs)
+    summary = table(runs).query("seeds > 0")
     fig, axes = plt.subplots(2, 2, figsize=figure_size(2, 5.0))
     (sweep_ax, params_ax), (metric_ax, curve_ax) = axes
     sizes = sorted(size["d_model"] for size in GRIDS[GRID]["sizes"])
