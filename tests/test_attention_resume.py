@@ -5,13 +5,21 @@ step and final validation number all equal, exactly."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
+import torch
 from test_resume import kill_after_first_checkpoint
 
 from structattn_lite.studies.attention import experiment as st
 from structattn_lite.studies.attention.recipe import Recipe
-from structattn_lite.training.checkpoint import checkpoint_plan
+from structattn_lite.training.checkpoint import (
+    checkpoint_plan,
+    model_shapes,
+    rng_state,
+    save_checkpoint,
+)
 from structattn_lite.training.trainer import few_threads
 
 # About 2 s on one thread: long enough to kill mid-run. Matroidal, so the metric
@@ -80,11 +88,30 @@ def test_interrupted_attention_run_resumes_exactly(tmp_path, uninterrupted):
     with pytest.raises(Interrupt):
         train_attention(str(path), callbacks=[StopAtEvaluation(8)])
     resumed = train_attention(str(path))
-    cut = 7 * RUN.recipe.eval_every  # the last checkpoint before the interruption
+    # the checkpoint of the interrupted evaluation: saved before its callbacks ran
+    cut = 8 * RUN.recipe.eval_every
     assert resumed.extra["resumed_from_step"] == cut
     # the run peaked before the cut and stopped after it, by the restored patience count
     assert uninterrupted.extra["best_step"] < cut < uninterrupted.extra["steps"]
     assert uninterrupted.extra["stop"] == "early_stop"
+    same_run(resumed, uninterrupted)
+
+
+def test_a_checkpoint_of_the_old_attention_loop_is_refused(tmp_path, uninterrupted):
+    """recipe.train once had its own loop and checkpoint state: such a checkpoint is set
+    aside with a warning, even where its step target equals the rounds of the one Trainer
+    (eval_every 1), and the run trains from scratch to the uninterrupted run."""
+    task, model = st.build_task(RUN)
+    rounds = math.ceil(RUN.recipe.max_steps / RUN.recipe.eval_every)
+    old = {"model": model.state_dict(), "optimizer": {}, "steps": 20, "target": rounds,
+           "rows": [], "grad_norms": {}, "best": (None, math.inf, 0, 0), "stats": [],
+           "elapsed": (0.0, 0.0), "rng": rng_state(torch.Generator()),
+           "shapes": model_shapes(model)}  # fmt: skip
+    path = tmp_path / "attention.ckpt"
+    save_checkpoint(path, old)
+    with pytest.warns(UserWarning, match="another model, epoch count or trainer"):
+        resumed = train_attention(str(path))
+    assert resumed.extra["resumed_from_step"] == 0 and not path.exists()
     same_run(resumed, uninterrupted)
 
 

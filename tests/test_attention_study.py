@@ -148,6 +148,15 @@ def test_runs_with_little_data_stop_early_and_keep_their_best_model():
     assert rec.extra["final"]["val_bpc"] == pytest.approx(best, rel=1e-6)
 
 
+def test_a_spent_time_budget_ends_the_run_with_a_row_for_the_steps_so_far():
+    recipe = dataclasses.replace(TINY_RECIPE, time_budget_s=1e-9)  # spent by the first step
+    rec = st.run(st.Config(kind="dot", **{**TINY, "recipe": recipe}), progress=False)
+    assert rec.status == "ok" and rec.extra["stop"] == "time_budget"
+    assert rec.extra["steps"] == rec.extra["best_step"] == 1
+    assert list(rec.history["step"]) == [1] and len(rec.extra["grad_norms"]["total"]) == 1
+    assert rec.history["cpu_seconds"].iloc[0] > 1e-9 and "val_bpc" in rec.extra["final"]
+
+
 def test_budget_table_reads_when_each_run_first_reached_the_target():
     def record(val_bpc, read_test=True):
         history = pd.DataFrame({"step": [100, 200, 300, 400], "val_bpc": val_bpc,

@@ -11,7 +11,7 @@ from structattn_lite.records import RunStore
 from structattn_lite.runs import sweep
 from structattn_lite.training.losses import cross_entropy, focal_loss, get_loss
 from structattn_lite.training.state_tracking import CSPRun, run_csp
-from structattn_lite.training.trainer import OptimConfig, Trainer
+from structattn_lite.training.trainer import Callback, OptimConfig, Trainer
 
 
 def test_loop_recurrence_matches_closed_form():
@@ -180,6 +180,32 @@ def test_nan_guard_stops_the_run_and_records_why(tmp_path):
     assert "non-finite loss at epoch 2, step 3" in result.reason
     assert len(result.history) == 1  # the finished epoch is kept
     assert torch.isfinite(model.weight).all()  # the NaN step was never applied
+
+
+def test_patience_stops_on_the_monitor_and_restores_its_best_round():
+    """Two rounds without a new lowest "val" after round 2: the run stops at round 4 and
+    the model is left as it was after round 2, not as trained last."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    vals, states = iter([3.0, 1.0, 2.0, 1.0, 0.5]), {}
+
+    class Keep(Callback):
+        def on_epoch_end(self, trainer, row):
+            states[row["epoch"]] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+    trainer = Trainer(model, lambda m, x: m(x).pow(2).mean(), callbacks=[Keep()], progress=False)
+    batches = lambda g: [(torch.ones(3, 2),)] * 3  # noqa: E731
+    result = trainer.fit(8, batches, lambda m: {"val": next(vals)}, torch.Generator(),
+                         monitor="val", patience=2)  # fmt: skip
+    assert result.status == "early_stop" and list(result.history["epoch"]) == [1, 2, 3, 4]
+    assert result.best_step == 2 * 3 and result.steps == 4 * 3
+    assert not torch.equal(states[2]["weight"], states[4]["weight"])
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, states[2][k]), k
+    with pytest.raises(ValueError, match="patience counts rounds without a new best"):
+        Trainer(torch.nn.Linear(2, 1), lambda m, x: m(x).sum(), progress=False).fit(
+            1, batches, lambda m: {}, torch.Generator(), patience=1
+        )
 
 
 def test_sweep_records_a_diverged_run_and_goes_on(tmp_path, monkeypatch):

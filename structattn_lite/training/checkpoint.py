@@ -27,7 +27,7 @@ import os
 import pickle
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -199,17 +199,24 @@ def model_shapes(model: torch.nn.Module) -> dict[str, list[int]]:
 
 
 def load_matching_checkpoint(
-    path: str | os.PathLike, device: torch.device | str, model: torch.nn.Module, target: int
+    path: str | os.PathLike,
+    device: torch.device | str,
+    model: torch.nn.Module,
+    target: int,
+    keys: Iterable[str] = (),
 ) -> dict | None:
-    """The checkpoint at ``path`` if it is of this model and epoch count; None when there
-    is none, and None with a warning when it belongs to another run (train from scratch)."""
+    """The checkpoint at ``path`` if it is of this model and epoch count and holds every
+    one of ``keys`` (the state the trainer saves: an older trainer's lacks some); None when
+    there is none, and None with a warning when it belongs to another run or trainer
+    (train from scratch)."""
     state = load_checkpoint(path, device)
     if state is None:
         return None
-    if state["shapes"] != model_shapes(model) or state["target"] != target:
+    mismatch = state["shapes"] != model_shapes(model) or state["target"] != target
+    if mismatch or not set(keys) <= state.keys():
         warnings.warn(
-            f"checkpoint {path} is of another model or epoch count; ignoring it and "
-            "training from scratch",
+            f"checkpoint {path} is of another model, epoch count or trainer; ignoring it "
+            "and training from scratch",
             stacklevel=4,
         )
         return None

@@ -206,7 +206,8 @@ def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu"
     """Train one config from its seed; identical configs give identical histories.
 
     ``corpus`` replaces the language-model corpus (tests pass a doctored one);
-    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) goes to ``recipe.train``.
+    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) goes to ``recipe.train``, which
+    trains on the one ``Trainer``.
     """
     cfg = config
     task, model = build_task(cfg, corpus, device)
@@ -226,7 +227,8 @@ def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu"
         "variant_key": variant_key(cfg),
         "stop": out.stop,
         "steps": out.steps,
-        "resumed_from_step": out.resumed_from,  # 0 unless a checkpoint resumed the run
+        # 0 unless a checkpoint resumed the run, which it saved after a whole round
+        "resumed_from_step": out.resumed_from * cfg.recipe.eval_every,
         "best_step": out.best_step,
         "seconds": out.seconds,
         "cpu_seconds": out.cpu_seconds,
@@ -246,7 +248,7 @@ def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu"
         extra["weights"] = learned_weights(model)
         extra["pruning"] = _pruning(model, task, cfg, loss_fn)
     else:
-        extra["reason"] = out.extra.get("reason")
+        extra["reason"] = out.reason
     if hasattr(task, "corpus"):
         data = {**task.corpus.summary(), "train_symbols_used": len(task.train),
                 "map_text": task.corpus.decode(check_x[0].cpu())}  # fmt: skip

@@ -1,43 +1,33 @@
 """The attention study's training recipe: AdamW, warmup then cosine decay, early stopping.
 
-``train(model, loss_fn, batch, evaluate, recipe)`` trains one model from a step budget
-and returns an ``Outcome``: the learning curve at every evaluation, per-step gradient
-norms per layer and for the metric parameters, the fast-path failure counts, and the
-best model (by the validation number ``evaluate`` returns, lower is better) restored
+``train(model, loss_fn, batch, evaluate, recipe)`` trains one model from a step budget on
+the one ``Trainer`` (``training.trainer``), a round of ``eval_every`` steps per
+evaluation, and returns an ``Outcome``: the learning curve at every evaluation, per-step
+gradient norms per layer and for the metric parameters, the fast-path failure counts, and
+the best model (by the validation number ``evaluate`` returns, lower is better) restored
 into ``model``. It reads no data itself: the caller hands it a training batch function
 and a validation function, so the test split cannot leak into any choice made here.
 
 Given a checkpoint plan (``checkpoint=``, a ``training.checkpoint.CheckpointPlan``, as
-a sweep passes it through ``experiment.run``), ``train`` saves its whole state every
+a sweep passes it through ``experiment.run``), the trainer saves its whole state every
 ``every`` evaluations and resumes from a checkpoint it finds there, ending with the
 history of an uninterrupted run.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.models.attention_base import FastPathStats
-from structattn_lite.training.checkpoint import (
-    CheckpointPlan,
-    load_matching_checkpoint,
-    model_shapes,
-    rng_state,
-    set_rng_state,
-)
-
-PRECISIONS = ("float32", "bfloat16")
+from structattn_lite.training.checkpoint import CheckpointPlan
+from structattn_lite.training.trainer import PRECISIONS, OptimConfig, Trainer, TrainResult
 
 
 @dataclass(frozen=True)
@@ -118,59 +108,26 @@ def grad_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
 
 
 @dataclass
-class Outcome:
-    history: pd.DataFrame  # one row per evaluation
-    grad_norms: dict[str, list[float]]  # per step, before clipping; "total" and per group
-    stats: dict[str, float]  # fast-path failure counts over the whole run
-    status: str = "ok"  # "ok" or "diverged"
+class Outcome(TrainResult):
+    """A trained attention run: its ``TrainResult`` (``status`` "ok" or "diverged": a run
+    stopped early is a finished run), how it stopped, and its fast-path failure counts."""
+
     stop: str = "max_steps"  # "max_steps", "early_stop", "time_budget", "diverged"
-    best_step: int = 0
-    best_value: float = math.inf
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    steps: int = 0
-    resumed_from: int = 0  # the step a checkpoint resumed this run from (0: from scratch)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def grad_norm_variance(self, after: int) -> dict[str, float]:
-        """Variance of each logged gradient norm over steps >= ``after`` (post warmup)."""
-        out = {}
-        for name, norms in self.grad_norms.items():
-            late = np.asarray(norms[after:], dtype=float)
-            late = late[np.isfinite(late)]
-            out[name] = float(late.var(ddof=1)) if len(late) > 1 else math.nan
-        return out
+    stats: dict[str, float] = field(default_factory=dict)  # over the whole run
 
 
-def _autocast(precision: str, device: torch.device):
-    if precision == "float32":
-        return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+class FastPathCounts:
+    """The model's fast-path failure counts (no model state) for a checkpoint to carry."""
 
+    def __init__(self, model: nn.Module):
+        self.model = model
 
-def _state(model, optimizer, out: Outcome, rows, best_state, since_best, generator, target):
-    """Everything the remaining steps depend on (taken right after an evaluation)."""
-    return {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "steps": out.steps, "target": target, "rows": rows, "grad_norms": out.grad_norms,
-        "best": (best_state, out.best_value, out.best_step, since_best),
-        "stats": [a.stats.as_dict() for a in model.attention_modules()],
-        "elapsed": (out.seconds, out.cpu_seconds),  # wall and CPU seconds so far
-        "rng": rng_state(generator), "shapes": model_shapes(model),
-    }  # fmt: skip
+    def state_dict(self) -> list[dict[str, float]]:
+        return [a.stats.as_dict() for a in self.model.attention_modules()]
 
-
-def _resume(state, model, optimizer, out: Outcome, generator):
-    """Load a checkpoint's state; (rows, best_state, since_best)."""
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    for a, saved in zip(model.attention_modules(), state["stats"], strict=True):
-        a.stats = FastPathStats(**saved)
-    best_state, out.best_value, out.best_step, since_best = state["best"]
-    out.steps = out.resumed_from = state["steps"]
-    out.grad_norms.update(state["grad_norms"])
-    set_rng_state(state["rng"], generator)
-    return state["rows"], best_state, since_best
+    def load_state_dict(self, saved: list[dict[str, float]]) -> None:
+        for a, stats in zip(self.model.attention_modules(), saved, strict=True):
+            a.stats = FastPathStats(**stats)
 
 
 def train(
@@ -188,102 +145,36 @@ def train(
 
     ``batch(step)`` gives step's training batch (it owns its generator, ``batch.generator``,
     so identical seeds give identical runs); ``loss_fn(model, batch)`` returns a scalar in
-    nats.
-    Callbacks get ``on_batch_end(self, loss, grad_norm)`` and ``on_epoch_end(self, row)``
-    (one "epoch" per evaluation, as the study-wide live plot expects).
+    nats. Callbacks get ``on_batch_end(trainer, loss, grad_norm)`` and
+    ``on_epoch_end(trainer, row)``, one "epoch" per evaluation.
     ``checkpoint`` (not a ``stacked`` plan): save every ``checkpoint.every`` evaluations.
     """
-    from tqdm.auto import tqdm
-
-    device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(
-        param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=(0.9, recipe.beta2)
-    )
-    groups = grad_groups(model)
-    norms: dict[str, list[float]] = {"total": [], **{k: [] for k in groups}}
+    generator = getattr(batch, "generator", None)
+    if checkpoint is not None and not isinstance(generator, torch.Generator):
+        raise ValueError("checkpointing needs batch.generator, the generator batch(step) draws on")
     model.check_every(recipe.check_every)
     model.reset_stats()
-    rows, best_state, since_best = [], None, 0
-    out = Outcome(pd.DataFrame(), norms, {})
-    losses: list[float] = []
-    plan = checkpoint
-    if plan is not None and plan.stacked:
-        raise ValueError("train takes a checkpoint plan for a single run, not a stacked one")
-    if plan is not None and not isinstance(getattr(batch, "generator", None), torch.Generator):
-        raise ValueError("checkpointing needs batch.generator, the generator batch(step) draws on")
-    saved = plan and load_matching_checkpoint(plan.path, device, model, recipe.max_steps)
-    if saved:
-        rows, best_state, since_best = _resume(saved, model, optimizer, out, batch.generator)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    if saved:  # the clocks go on from where the checkpoint left them
-        start, cpu_start = start - saved["elapsed"][0], cpu_start - saved["elapsed"][1]
-    bar = tqdm(range(out.steps, recipe.max_steps), desc="train", disable=not progress,
-               leave=False, initial=out.steps, total=recipe.max_steps)  # fmt: skip
-    for step in bar:
-        for g in optimizer.param_groups:
-            g["lr"] = lr_at(step, recipe)
-        model.train()
-        with _autocast(recipe.precision, device):
-            loss = loss_fn(model, batch(step))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        for name, params in groups.items():
-            grads = [p.grad.detach().float().norm() for p in params if p.grad is not None]
-            norms[name].append(float(torch.stack(grads).norm()) if grads else 0.0)
-        total = float(torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip))
-        norms["total"].append(total)
-        value = float(loss.detach())
-        for cb in callbacks:
-            cb.on_batch_end(out, value, total)
-        if not (math.isfinite(value) and math.isfinite(total)):
-            out.status = out.stop = "diverged"
-            out.extra["reason"] = f"non-finite loss or gradient at step {step + 1}"
-            break
-        optimizer.step()
-        losses.append(value)
-        out.steps = step + 1
-        over_time = recipe.time_budget_s is not None and (
-            time.process_time() - cpu_start > recipe.time_budget_s
-        )
-        if out.steps % recipe.eval_every and out.steps < recipe.max_steps and not over_time:
-            continue
-        row = {
-            "epoch": len(rows) + 1,
-            "step": out.steps,
-            "lr": lr_at(step, recipe),
-            "train_loss": sum(losses) / len(losses),
-            "seconds": time.perf_counter() - start,
-            "cpu_seconds": time.process_time() - cpu_start,
-            **evaluate(model),
-        }
-        losses = []
-        rows.append(row)
-        for cb in callbacks:
-            cb.on_epoch_end(out, row)
-        bar.set_postfix({monitor: f"{row[monitor]:.3f}"})
-        since_best += 1
-        if row[monitor] < out.best_value:
-            out.best_value, out.best_step, since_best = row[monitor], out.steps, 0
-            best_state = copy.deepcopy(model.state_dict())
-        elif recipe.patience and since_best >= recipe.patience:
-            out.stop = "early_stop"
-            break
-        if over_time:
-            out.stop = "time_budget"
-            break
-        if plan and len(rows) % plan.every == 0 and out.steps < recipe.max_steps:
-            out.seconds = time.perf_counter() - start
-            out.cpu_seconds = time.process_time() - cpu_start
-            state = _state(model, optimizer, out, rows, best_state, since_best,
-                           batch.generator, recipe.max_steps)  # fmt: skip
-            plan.save(state)
-    if plan:
-        plan.path.unlink(missing_ok=True)  # the run is over: its record says the rest
-    out.seconds = time.perf_counter() - start
-    out.cpu_seconds = time.process_time() - cpu_start
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    out.history = pd.DataFrame(rows)
-    out.stats = model.fast_path_stats()
+    trainer = Trainer(
+        model, loss_fn,
+        OptimConfig(lr=recipe.lr, clip=recipe.clip, weight_decay=recipe.weight_decay),
+        make_optimizer=lambda m, o: torch.optim.AdamW(
+            param_groups(m, o.weight_decay), lr=o.lr, betas=(0.9, recipe.beta2)),
+        lr_at=lambda step: lr_at(step, recipe), grad_groups=grad_groups(model),
+        precision=recipe.precision, callbacks=callbacks, progress=progress,
+        checkpoint=checkpoint, stateful=[FastPathCounts(model)],
+        columns=("epoch", "step", "lr", "train_loss", "seconds", "cpu_seconds"),
+    )  # fmt: skip
+    k, end = recipe.eval_every, recipe.max_steps
+
+    def round_batches(_):  # the next evaluation's steps; batch draws on its own generator
+        return ((batch(s),) for s in range(trainer.steps, min(trainer.steps + k, end)))
+
+    result = trainer.fit(
+        math.ceil(end / k), round_batches, evaluate,
+        generator if generator is not None else torch.Generator(), monitor=monitor,
+        patience=recipe.patience, time_budget_s=recipe.time_budget_s,
+    )  # fmt: skip
     model.check_every(0)
-    return out
+    stop = "max_steps" if result.status == "ok" else result.status
+    status = "diverged" if stop == "diverged" else "ok"
+    return Outcome(**{**vars(result), "status": status}, stop=stop, stats=model.fast_path_stats())
