@@ -39,6 +39,7 @@ from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, paramet
 from structattn_lite.records import RunRecord, config_dict, config_hash, keep_committed_rows
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
+    FLOORS_CSV,
     GRIDS,
     IMAGE_DATASETS,
     variant_configs,
@@ -436,7 +437,7 @@ def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     frame.to_csv(summary, index=False, float_format="%.6g")
     paths = [summary, export_histories(records, out / histories_name, keep_order=keep)]
     if any(r.config["dataset"] == "ptb" for r in records):  # the floors the figures draw
-        from structattn_lite.studies.attention.lowparam import FLOORS_CSV, floor_frame
+        from structattn_lite.studies.attention.tasks import floor_frame
 
         floor_frame(load_corpus("ptb")).to_csv(out / FLOORS_CSV, index=False)
         paths.append(out / FLOORS_CSV)

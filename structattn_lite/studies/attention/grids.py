@@ -145,6 +145,8 @@ FIRST_SWEEP_CSV = {
     "long": ("attention_long_runs_first_sweep.csv", "attention_long_histories_first_sweep.csv.gz"),
 }
 SWEEPS = ("current", "first")
+# the n-gram floors of the text, exported beside the text grids for the figures to draw
+FLOORS_CSV = "attention_ngram_floors.csv"
 # The recipe's target on these machines: dot product at or below this validation bpc
 # within about 30 core-minutes (issue 11); ``tables.budget_table`` reads it off the runs.
 RECIPE_TARGET_BPC = 1.75

@@ -17,10 +17,9 @@ from structattn_lite import stats
 from structattn_lite.config import results_dir
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
-from structattn_lite.studies.attention.grids import GRIDS, heads_for
+from structattn_lite.studies.attention.grids import FLOORS_CSV, GRIDS, heads_for
 
 GRID = "lowparam"
-FLOORS_CSV = "attention_ngram_floors.csv"
 FLOORS_DRAWN = ("bigram", "trigram")  # the unigram floor (about 4.4 bpc) is off the axes
 
 
@@ -174,15 +173,6 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
-
-
-def floor_frame(corpus) -> pd.DataFrame:
-    """The n-gram floors of ``corpus`` as rows (split, model, bpc), for the export."""
-    from structattn_lite.studies.attention.tasks import floor_table
-
-    return pd.DataFrame([{"split": split, "model": name, "bpc": round(bpc, 4)}
-                         for split, row in floor_table(corpus).items()
-                         for name, bpc in row.items()])  # fmt: skip
 
 
 def interaction_inputs(runs: pd.DataFrame | None, column: str = "test_bpc") -> dict:

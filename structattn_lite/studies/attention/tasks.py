@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -156,6 +157,13 @@ def ngram_floors(corpus, split: str = "valid", alpha: float = 0.1) -> dict[str, 
 def floor_table(corpus, alpha: float = 0.1) -> dict[str, dict[str, float]]:
     """{"valid": floors, "test": floors}: what every language-model table prints."""
     return {split: ngram_floors(corpus, split, alpha) for split in ("valid", "test")}
+
+
+def floor_frame(corpus) -> pd.DataFrame:
+    """The n-gram floors of ``corpus`` as rows (split, model, bpc), for the export."""
+    return pd.DataFrame([{"split": split, "model": name, "bpc": round(bpc, 4)}
+                         for split, row in floor_table(corpus).items()
+                         for name, bpc in row.items()])  # fmt: skip
 
 
 # --- images ------------------------------------------------------------------------
