@@ -115,9 +115,21 @@ def test_fit_seeds_counts_each_seed_by_its_own_stop_rule():
     fitted = lt.fit_seeds(curves)
     assert fitted["parity", "fixed", "lstm"] == 2 and fitted["parity", "fixed", "diag_rnn"] == 1
     assert lt.length_table(curves).loc[("parity", "fixed", "diag_rnn"), "fit"] == "1/2"
-    assert "1 of 2 model × task cells fit on every seed" in lt.findings(curves)["fit"]
-    assert "diag_rnn on parity (1/2)" in lt.findings(curves)["fit"]
-    assert "fit" not in lt.findings(curves.drop(columns="stop_at_fit"))
+    assert "fit" not in lt.length_table(curves.drop(columns="stop_at_fit"))  # no rule, no column
+
+
+def test_reach_table_reads_how_far_each_model_holds():
+    acc = {"lstm": (1.0, 1.0, 1.0, 0.97), "gru": (1.0, 1.0, 0.90, 0.5), "rnn": (0.9, 0.8, 0.5, 0.5)}
+    curves = pd.DataFrame([{"task": "parity", "protocol": "fixed", "model": model, "seed": 0,
+                            "length": length, "train_length": 16, "seq_acc": a}
+                           for model, accs in acc.items()
+                           for length, a in zip((8, 16, 32, 64), accs, strict=True)])  # fmt: skip
+    table = lt.reach_table(curves)
+    fixed = table.loc[("fixed", "parity")]
+    holds = fixed["holds to L"]  # the rnn does not hold even its training length
+    assert holds["lstm"] == 64 and holds["gru"] == 16 and pd.isna(holds["rnn"])
+    assert fixed["fits"].tolist() == [True, True, False]
+    assert fixed["at longest"].tolist() == [0.97, 0.5, 0.5]
 
 
 @pytest.mark.parametrize("grid", sorted(ls.GRIDS))

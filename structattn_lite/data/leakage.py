@@ -48,15 +48,3 @@ def leakage_table(tasks=("parity", "mod3", "dyck1"), sizes=None, length: int = 1
                     }
                 )
     return pd.DataFrame(rows).set_index(["data", "task", "n", "split"])
-
-
-def leakage_findings(leak: pd.DataFrame) -> str:
-    """The leakage table's message in words, from the table itself."""
-    parts = []
-    for (data, task, n, split), row in leak.iterrows():
-        if split.startswith("random") and data == "paper sizes":
-            parts.append(
-                f"{task} (n = {n}): {row['test strings in train']:.0%} of test strings and "
-                f"{row['test prefixes in train']:.0%} of test prefixes also occur in training"
-            )
-    return "With the paper's sizes and its random split: " + "; ".join(parts) + "." if parts else ""

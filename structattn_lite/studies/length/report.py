@@ -272,7 +272,7 @@ def load_curves(grid: str = "committed") -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-# --- prose rendered from the curves (no number in notebook 05 is typed by hand) -------
+# --- how far each model holds, read from the curves ------------------------------
 
 FIT = 0.99  # a model "fits" its training length when its whole-string accuracy reaches this
 HOLDS = 0.95  # and "holds" a length while its mean whole-string accuracy stays at or above this
@@ -300,58 +300,21 @@ def reach(curves: pd.DataFrame, task: str, protocol: str, model: str) -> dict:
     }
 
 
-def findings(curves: pd.DataFrame) -> dict[str, str]:
-    """Notebook 05's prose, as Markdown rendered from the committed curves."""
-    out = {}
-    for protocol in sorted(curves["protocol"].unique()):
-        lines = []
-        for task in ("parity", "mod3", "dyck1"):
-            models = curves[(curves["protocol"] == protocol) & (curves["task"] == task)]
-            parts = []
-            for model in dict.fromkeys(models["model"]):
-                r = reach(curves, task, protocol, model)
-                if r["at_train"] < FIT:
-                    parts.append(f"{model} does not fit T = {r['train']} ({r['at_train']:.2f})")
-                elif r["holds"] == r["longest"]:
-                    parts.append(
-                        f"{model} holds ≥ {HOLDS} to L = {r['longest']} ({r['at_longest']:.2f})"
-                    )
-                else:
-                    parts.append(
-                        f"{model} fits T = {r['train']} and holds to L = {r['holds']} "
-                        f"({r['at_longest']:.2f} at {r['longest']})"
-                    )
-            if parts:
-                lines.append(f"- **{task}**: " + "; ".join(parts) + ".")
-        out[protocol] = (
-            f"**Read from the curves ({protocol} protocol; whole-string accuracy, mean over "
-            f"seeds; fits = at least {FIT} at the training length).**\n\n" + "\n".join(lines)
-        )
-    fitted = fit_seeds(curves)
-    if len(fitted):
-        runs = curves.drop_duplicates(["task", "protocol", "model", "seed"])
-        per_cell = runs.groupby(["task", "protocol", "model"])["seed"].nunique()
-        short = [f"{m} on {t} ({fitted[t, p, m]}/{per_cell[t, p, m]})"
-                 for (t, p, m) in fitted.index if fitted[t, p, m] < per_cell[t, p, m]]  # fmt: skip
-        out["fit"] = (
-            f"**Fit at the training length, seed by seed** (validation whole-string accuracy "
-            f"≥ {runs['stop_at_fit'].max():g} by the end of the budget): "
-            f"{len(fitted) - len(short)} of {len(fitted)} model × task cells fit on every seed"
-            + (f"; not on every seed: {', '.join(short)}." if short else ".")
-        )
-    table = length_table(curves, "all_acc", protocol="fixed")
+def reach_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """One row per (protocol, task, model): whole-string accuracy at the training length
+    T (mean over seeds) and whether it fits (>= ``FIT``), the longest length it holds
+    (mean >= ``HOLDS``; empty when it does not hold T), and its accuracy at the longest
+    length scored. (How many seeds met the run's own fit rule: ``length_table``'s fit.)"""
     rows = []
-    for (task, _, model), row in table.iterrows():
-        if row["authors' model"] == "-":
-            continue
-        ours = " / ".join(row[f"L={n}"].split(" ±")[0] for n in (16, 32, 64))
-        theirs = " / ".join(row[f"authors L={n}"] for n in (16, 32, 64))
-        rows.append(
-            f"- {task}, {model} (theirs: {row['authors' + chr(39) + ' model']}): "
-            f"ours {ours}, theirs {theirs}"
-        )
-    out["authors"] = (
-        "**Ours against the authors' README at L = 16 / 32 / 64 (all positions).**\n\n"
-        + "\n".join(rows)
+    for protocol, task, model in curves[["protocol", "task", "model"]].drop_duplicates().values:
+        r = reach(curves, task, protocol, model)
+        rows.append({"protocol": protocol, "task": task, "model": model, "T": r["train"],
+                     "at T": r["at_train"], "fits": r["at_train"] >= FIT,
+                     "holds to L": r["holds"], "longest L": r["longest"],
+                     "at longest": r["at_longest"]})  # fmt: skip
+    table = pd.DataFrame(rows).astype({"holds to L": "Int64"})
+    order = {t: i for i, t in enumerate(("parity", "mod3", "dyck1"))}
+    table = table.sort_values(
+        ["protocol", "task"], key=lambda c: c.map(order).fillna(c), kind="stable"
     )
-    return out
+    return table.set_index(["protocol", "task", "model"])
