@@ -83,3 +83,16 @@ def test_gap_seeds_grid_is_the_gap_grid_with_more_seeds():
         assert {c.seed for c in extra}.isdisjoint(gap) and len(extra) + len(gap) == 25
         assert all(dataclasses.replace(c, seed=0) == gap[0] for c in extra)
     assert [c.task for c in more] == sorted(c.task for c in more)  # mod-3's seeds first
+
+
+def test_jump_table_reads_each_seeds_first_epoch_at_the_level_against_the_authors_window():
+    late = [0.5] * 139 + [0.95] * 3  # jumps at epoch 140, inside the authors' 130-190
+    early = [0.5, 0.95, 0.99]  # at epoch 2
+    never = [0.5] * 5
+    runs = [record(s, acc, acc, [1] * len(acc)) for s, acc in enumerate((late, early, never))]
+    table = report.jump_table(runs).set_index("seed")
+    assert table["first epoch >= 90%"].tolist()[:2] == [140, 2]
+    assert pd.isna(table.loc[2, "first epoch >= 90%"])
+    assert table["inside 130-190"].tolist() == [True, False, False]
+    assert table["final"].tolist() == [0.95, 0.99, 0.5]
+    assert report.jump_table([]).empty

@@ -204,28 +204,17 @@ def preset_table() -> pd.DataFrame:
 AUTHORS_PAPER_ERA_JUMP = (130, 190)
 
 
-def _epochs(hit: list[int]) -> str:
-    return f"epoch {hit[0]}" if min(hit) == max(hit) else f"epochs {min(hit)}–{max(hit)}"
-
-
-def jump_findings(records: list[RunRecord], level: float = 0.9) -> str:
-    """Per seed, the epoch test accuracy first reached ``level`` and where it ended, beside
-    the authors' paper-era log; Markdown rendered from the records."""
-    if not records:
-        return "No records for this grid yet (run it, or see the committed grids)."
-    rows, jumps = [], []
+def jump_table(records: list[RunRecord], level: float = 0.9) -> pd.DataFrame:
+    """Per seed: the first epoch test accuracy reached ``level`` (empty: never), whether
+    that epoch falls inside the authors' paper-era window, the epochs run, the final
+    accuracy and the run's status."""
+    lo, hi = AUTHORS_PAPER_ERA_JUMP
+    rows = []
     for r in sorted(records, key=lambda r: r.seed):
         jump = jump_epoch(r.history, level)
-        jumps.append(jump)
-        final = r.history[GAP_METRIC].iloc[-1] if len(r.history) else float("nan")
-        when = f"at epoch {jump}" if jump is not None else f"never within {len(r.history)} epochs"
-        rows.append(f"seed {r.seed}: ≥ {level:.0%} {when}, final {final:.3f} ({r.status})")
-    lo, hi = AUTHORS_PAPER_ERA_JUMP
-    hit = [j for j in jumps if j is not None]
-    inside = sum(lo <= j <= hi for j in hit)
-    summary = (
-        f"{len(hit)} of {len(records)} seeds jumped to ≥ {level:.0%} test accuracy"
-        + (f" ({_epochs(hit)}); {inside} inside the authors' window {lo}–{hi}" if hit else "")
-        + "."
-    )
-    return summary + "\n\n" + "\n".join(f"- {row}" for row in rows)
+        rows.append({"seed": r.seed, f"first epoch >= {level:.0%}": jump,
+                     f"inside {lo}-{hi}": jump is not None and lo <= jump <= hi,
+                     "epochs": len(r.history), "final": r.history[GAP_METRIC].iloc[-1]
+                     if len(r.history) else float("nan"), "status": r.status})  # fmt: skip
+    table = pd.DataFrame(rows)
+    return table.astype({f"first epoch >= {level:.0%}": "Int64"}) if rows else table
