@@ -65,14 +65,15 @@ def low_parameters() -> list[dict]:
                   notebook="02, few parameters", command=LOWPARAM_COMMAND)  # fmt: skip
     rows = []
     for d in (32, 64):
-        for ident, mat in (("shared", m), ("sep", f"{m} (sep q/k)")):
-            a, b = cells.get((d, "dense"), []), cells.get((d, mat), [])
+        for ident, suffix in (("shared", ""), ("sep", " (sep q/k)")):
+            mat, dense = m + suffix, "dense" + suffix
+            a, b = cells.get((d, dense), []), cells.get((d, mat), [])
             rows.append(_attention_row(
                 f"attention/low_parameters/d{d}/{ident}", f"at d_model {d}, {mat}: test bpc "
-                f"equal to or better than dense (within {bpc})", stats.difference(
+                f"equal to or better than {dense} (within {bpc})", stats.difference(
                     a, b, margin=bpc, claim="not_worse"),
                 f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
-                {"dense": a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
+                {dense: a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
     for base, suffix in (("dense", ""), ("dot", "/dot")):
         names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
         samples = [cells.get((int(at[2:]), v), []) for v, at in names]

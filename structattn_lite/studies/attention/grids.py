@@ -25,8 +25,9 @@ MAIN_VARIANTS = (
     ("matroidal", 2, False),
 )
 CORE_VARIANTS = (("dot", None, True), ("dense", None, True), ("matroidal", 2, True))
-# the low-parameter arm: the core variants and matroidal with separate q/k
-LOWPARAM_VARIANTS = (*CORE_VARIANTS, ("matroidal", 2, False))
+# the low-parameter arm: the core variants, and dense and matroidal with separate q/k
+# (each structured metric against the dense one with the same q/k sharing)
+LOWPARAM_VARIANTS = (*CORE_VARIANTS, ("dense", None, False), ("matroidal", 2, False))
 
 _LM = {"d_model": 128, "n_heads": 8, "n_layers": 2, "block_size": 128, "batch_size": 32}
 _DIGITS = {"d_model": 64, "n_heads": 4, "n_layers": 2, "batch_size": 64}
