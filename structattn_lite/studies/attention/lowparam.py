@@ -121,7 +121,7 @@ def floors() -> dict[str, float]:
 
 def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     """Four panels: (a) the rate sweep as the choice read it (``tuning``) against the
-    peak rate; (b, c) test bpc of the final runs against all parameters and against the
+    peak rate (rates with all tuning seeds in); (b, c) test bpc of the final runs against all parameters and against the
     metric's own (one point per size); (d) the finals' mean validation bpc against training
     characters with the bigram and trigram floors. Solid: d_model 32; dashed: 64."""
     summary = table(runs).query("seeds > 0")
@@ -129,7 +129,8 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     (sweep_ax, params_ax), (metric_ax, curve_ax) = axes
     sizes = sorted(size["d_model"] for size in GRIDS[GRID]["sizes"])
     ls_of = dict(zip(sizes, ("-", "--"), strict=True))
-    rates = tuning(histories)
+    rates = tuning(histories)  # a rate with some tuning seeds still to come is not drawn
+    rates = rates[rates["seeds"] == len(GRIDS[GRID]["tune_seeds"])]
     for (d, variant), g in rates.groupby(["d_model", "variant"]):
         style = model_style(variant)
         sweep_ax.plot(g["lr"], g["val bpc"], ls=ls_of.get(d, ":"), color=style["color"],
