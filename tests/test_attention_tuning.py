@@ -3,6 +3,7 @@ the edge check past the sweep, and whether a sweep's choice holds at the full bu
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import shutil
 from pathlib import Path
@@ -287,6 +288,17 @@ def test_the_low_parameter_arm_fits_m_2d_and_tunes_at_its_own_budget():
         len(labels) == 10 and {(32, "matroidal m=2d (sep q/k)"), (32, "dense (sep q/k)")} <= labels
     )
     assert [c.d_model for c in tuning] == sorted(c.d_model for c in tuning)  # smallest first
+    # the low-data half: dot, dense and matroidal at the smallest size on 1% and 10% of the
+    # text, every seed, stopped like the full-text runs at the rate chosen on the full text
+    low = [c for c in final if c.data_fraction < 1]
+    assert {(c.d_model, c.data_fraction) for c in low} == {(32, 0.01), (32, 0.1)}
+    assert {st.variant_label(c) for c in low} == {"dot", "dense", "matroidal m=2d"}
+    assert len(low) == 2 * 3 * len(spec["seeds"]) and all(c.recipe.lr == 1e-3 for c in low)
+    assert {st.variant_key(c) for c in low} <= {st.variant_key(c) for c in tuning}
+    committed = st.final_grid("committed", collections.defaultdict(lambda: 1e-3))
+    assert {(c.d_model, c.recipe.patience) for c in committed if c.data_fraction < 1} == {
+        (128, grids.LOW_DATA_PATIENCE)  # the committed grid's low data keeps its own stop
+    }
 
 
 class _Store:
@@ -350,7 +362,7 @@ def test_the_low_parameter_finals_ran_at_the_rate_the_shown_sweep_is_lowest_at()
     shown = {
         k: g.loc[g["val bpc"].idxmin(), "lr"] for k, g in sweep.groupby(["d_model", "variant"])
     }
-    finals = lowparam.finals(tables.load_summary("lowparam"))
+    finals = lowparam.finals(tables.load_summary("lowparam"), fraction=None)  # low data too
     ran = {k: set(g["lr"]) for k, g in finals.groupby(["d_model", "variant"])}
     assert ran and all(ran[k] == {shown[k]} for k in ran)
     chosen = sweep.set_index(["d_model", "variant"]).loc[list(ran)]  # every tuning seed in

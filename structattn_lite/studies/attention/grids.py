@@ -108,12 +108,14 @@ GRIDS: dict[str, dict[str, Any]] = {
     # cosine ends each run annealed. Rates are chosen on validation at this same budget
     # over the three ``tune_seeds``; a variant whose best rate is at the sweep's edge gets
     # the next rate out (``widen_edges``) until it is not. ``sizes``: the heads each width
-    # allows, the smallest model first.
+    # allows, the smallest model first. ``fractions``: the low-data half at convergence, at
+    # the smallest size (1% and 10% of the text beside its full-text finals), stopped by
+    # the same patience, at the rate each variant chose on the full text.
     "lowparam": {
         "seeds": (0, 1, 2, 3, 4), "tune_seeds": (0, 1, 2), "lrs": (3e-3, 6e-3, 1.2e-2),
         "widen_edges": True, "main": LOWPARAM_VARIANTS,
         "sizes": tuple({"d_model": d, "n_heads": heads_for(d)} for d in (32, 64)),
-        "fractions": (), "bf16": (), "digits": (),
+        "fractions": (0.01, 0.1), "bf16": (), "digits": (),
         "model": _LM,
         "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
         "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
@@ -182,9 +184,15 @@ def variant_configs(name: str, config_cls, dataset: str, cifar: bool = False) ->
             out += [_variant(config_cls, spec, dataset, *v, seed, size, **prune)
                     for v in spec["main"]]  # fmt: skip
 
+    # low data at the smallest size, stopped by the grid's own patience where it has one
+    size, patience = (
+        spec.get("sizes", (None,))[0],
+        spec["recipe"].get("patience", LOW_DATA_PATIENCE),
+    )
+
     def low_data(fraction, seed):
-        return [_variant(config_cls, spec, dataset, *v, seed, data_fraction=fraction,
-                         recipe={"patience": LOW_DATA_PATIENCE}, prune_fractions=())
+        return [_variant(config_cls, spec, dataset, *v, seed, size, data_fraction=fraction,
+                         recipe={"patience": patience}, prune_fractions=())
                 for v in CORE_VARIANTS]  # fmt: skip
 
     fractions = sorted(spec["fractions"])

@@ -2,9 +2,10 @@
 d_model 32 and 64, from its committed records.
 
 ``table`` gives one row per size and variant (rate, size, test bpc with its interval, how
-runs stopped); ``figure`` draws test bpc against total and metric-only parameters and the
-validation curves against training characters, with the n-gram floors the export keeps
-beside the runs (``attention_ngram_floors.csv``).
+runs stopped) and ``low_data_table`` one per fraction of the text at the smallest size;
+``figure`` draws test bpc against total and metric-only parameters and against the
+training text used, and the validation curves against training characters, with the
+n-gram floors the export keeps beside the runs (``attention_ngram_floors.csv``).
 """
 
 from __future__ import annotations
@@ -17,18 +18,21 @@ from structattn_lite import stats
 from structattn_lite.config import results_dir
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
-from structattn_lite.studies.attention.grids import FLOORS_CSV, GRIDS, heads_for
+from structattn_lite.studies.attention.grids import FLOORS_CSV, GRIDS, heads_for, variant_configs
 
 GRID = "lowparam"
 FLOORS_DRAWN = ("bigram", "trigram")  # the unigram floor (about 4.4 bpc) is off the axes
 
 
-def finals(runs: pd.DataFrame | None) -> pd.DataFrame:
-    """The grid's final runs (those that read the test split once), finished."""
+def finals(runs: pd.DataFrame | None, fraction: float | None = 1.0) -> pd.DataFrame:
+    """The grid's final runs (those that read the test split once), finished, on this
+    fraction of the text (None: every fraction)."""
     if runs is None or runs.empty:
-        return pd.DataFrame(columns=["d_model", "variant", "seed"])
+        return pd.DataFrame(columns=["d_model", "variant", "fraction", "seed"])
     done = runs[~runs["tuning"].astype(bool) & (runs["status"] == "ok")]
-    return done.sort_values(["d_model", "variant", "seed"])
+    if fraction is not None:
+        done = done[done["fraction"] == fraction]
+    return done.sort_values(["d_model", "variant", "fraction", "seed"])
 
 
 TABLE_COLUMNS = ["d_model", "heads", "variant", "tuning runs", "rate", "params",
@@ -67,6 +71,27 @@ def table(runs: pd.DataFrame | None) -> pd.DataFrame:
     counts = ["params", "metric params", "median steps"]
     frame[counts] = frame[counts].astype(float).round().astype("Int64")
     return frame
+
+
+def low_data_table(runs: pd.DataFrame | None) -> pd.DataFrame:
+    """Test bpc per variant and fraction of the text at the smallest size, where the
+    low-data half is trained: mean, 95% t interval, seeds, how runs stopped."""
+    from structattn_lite.studies.attention.experiment import Config, variant_label
+
+    done = finals(runs, fraction=None)
+    trained = variant_configs(GRID, Config, "ptb")
+    parts = dict.fromkeys((c.d_model, variant_label(c)) for c in trained if c.data_fraction < 1)
+    rows = []
+    for d, variant in parts:
+        for fraction in (*GRIDS[GRID]["fractions"], 1.0):
+            g = done[(done["d_model"] == d) & (done["variant"] == variant)
+                     & (done["fraction"] == fraction)]  # fmt: skip
+            mean, low, high, n = stats.mean_interval(g["test_bpc"].tolist())
+            rows.append({"d_model": d, "variant": variant, "fraction": fraction,
+                         "test bpc": mean, "95% low": low, "95% high": high, "seeds": n,
+                         "early-stopped": f"{(g['stop'] == 'early_stop').sum()} of {len(g)}",
+                         "median steps": g["steps"].median()})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def tuning(histories: list[RunRecord]) -> pd.DataFrame:
