@@ -221,21 +221,8 @@ class RunStore:
         return record if record.status in FINISHED else None
 
     def save(self, record: RunRecord) -> Path:
-        """Write atomically: a crash mid-write never leaves a half record behind."""
         path = self.path(record.experiment, record.key)
-        tmp = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{record.key}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(record.to_json(), fh)
-            os.replace(tmp, path)
-        except OSError as err:  # a full disk, a read-only store, a directory at the path
-            raise StoreError(f"cannot write the run record {path}: {err}", err) from None
-        finally:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        return atomic_write(path, "run record", lambda fh: json.dump(record.to_json(), fh))
 
     def records(self, experiment: str) -> list[RunRecord]:
         """Every readable record of an experiment (for browsing widgets)."""
@@ -248,6 +235,28 @@ class RunStore:
                     f"skipping corrupt run record {path}", CorruptRecordWarning, stacklevel=2
                 )
         return out
+
+
+def atomic_write(path: str | os.PathLike, what: str, write, binary: bool = False) -> Path:
+    """``write(fh)`` to a temp file beside ``path``, then replace it: a crash mid-write
+    never leaves half a file. StoreError naming ``path`` when it cannot be written (torch
+    reports a full disk as a RuntimeError)."""
+    path, tmp = Path(path), None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb" if binary else "w") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise StoreError(f"cannot write the {what} {path}: {first}", err) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
 
 
 def _free_name(path: Path) -> Path:

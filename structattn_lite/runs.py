@@ -72,11 +72,6 @@ def group_seeds(configs: Sequence[Any]) -> list[Any]:
     return [g if len(g) > 1 else g[0] for g in groups.values()]
 
 
-def _refresh(locks: list[Any]) -> None:
-    for lock in locks:
-        lock.refresh()
-
-
 def report_unfinished(experiment: str, unfinished: dict[str, tuple[Any, str]]) -> None:
     """Append each unfinished run (key -> (config, why)) to the ``STRUCTATTN_UNFINISHED``
     file, when that variable is set."""
@@ -119,33 +114,14 @@ def sweep(
 ) -> list[RunRecord]:
     """Reuse each config's finished record or train it; return the records in config order.
 
-    ``study`` is a study's experiment module or its name (``structattn_lite.studies``).
-    ``only_cached=True`` trains nothing: it returns the records already on disk (a
-    partial grid gives the runs it has). A run that diverges is recorded and the sweep
-    goes on; one that raises is recorded as "failed" and rerun by the next sweep.
-    ``threads``: intra-op threads per training process (None leaves torch's setting).
-    ``seed_batching``: configs equal but for their seed train together, when the study
-    has ``run_seeds``. ``executor``: "local" (this process) or "ray" (one Ray task per
-    unit; ``address`` joins an existing cluster). A run checkpoints every
-    ``checkpoint_every`` epochs (0: never) and resumes from it if interrupted.
-
-    A lock beside each record keeps two processes from training one config. Locally each
-    unit is locked just before it trains (Ray: all of them up front), so several
-    processes can share one grid: a run another process holds is skipped with a warning
-    and returned if its record is there when this sweep ends; one finished meanwhile is
-    loaded, not trained again; each checkpoint saved refreshes the run's lock.
-
-    Every argument is checked before anything trains. A record or checkpoint path that
-    cannot be read or written skips that run with a warning; a full disk or read-only
-    store raises ``StoreError`` naming the path. Unfinished runs are reported (see the
-    module's docstring).
+    ``study``: a study's module or name. ``only_cached=True`` trains nothing and returns
+    the records on disk. ``seed_batching``: configs equal but for their seed train
+    together, when the study has ``run_seeds``. A run checkpoints every
+    ``checkpoint_every`` epochs (0: never). A run another process holds is skipped with a
+    warning (and returned if its record is there when this sweep ends); a path that cannot
+    be read or written skips its run; a full disk raises ``StoreError``.
     """
-    from structattn_lite.config import (
-        TRAINING_DEVICES,
-        check_choice,
-        check_int,
-        resolve_device,
-    )
+    from structattn_lite.config import TRAINING_DEVICES, check_choice, check_int, resolve_device
     from structattn_lite.executors import EXECUTORS, execute
     from structattn_lite.locking import RunLock, RunLockedError
     from structattn_lite.studies import get_study
@@ -248,7 +224,8 @@ def sweep(
 
     def heartbeat_for(unit: Any) -> Any:
         keys = [config_hash(experiment, c) for c in (unit if isinstance(unit, list) else [unit])]
-        return functools.partial(_refresh, [locks[k] for k in keys if k in locks])
+        held = [locks[k] for k in keys if k in locks]
+        return lambda: [lock.refresh() for lock in held]
 
     run_one = functools.partial(
         run_unit,
