@@ -66,22 +66,3 @@ def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-__all__ = [
-    "AUTHORS_PRESETS",
-    "AuthorsCSP",
-    "AuthorsCSPConfig",
-    "BASELINES",
-    "CSP",
-    "CSPConfig",
-    "CSP_PRESETS",
-    "MODELS",
-    "PRESETS",
-    "PRESET_ALIASES",
-    "build_model",
-    "count_parameters",
-    "csp_config",
-    "model_config",
-    "preset_config",
-]
