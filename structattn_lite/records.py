@@ -42,6 +42,11 @@ def config_hash(experiment: str, config: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def without_seed(config: Any) -> str:
+    """The config but for its seed: equal for configs that may train together."""
+    return json.dumps({k: v for k, v in config_dict(config).items() if k != "seed"}, sort_keys=True)
+
+
 @dataclasses.dataclass
 class RunRecord:
     """What one training run leaves behind."""
@@ -295,16 +300,11 @@ def export_histories(
     """
     frames = []
     for r in records:
-        frame = r.history.copy()
         scalars = {k: v for k, v in r.extra.items() if isinstance(v, (int, float, str))}
-        frame.insert(0, "extra", json.dumps(scalars, sort_keys=True))
-        frame.insert(0, "config", json.dumps(r.config, sort_keys=True))
-        frame.insert(0, "reason", r.reason)
-        frame.insert(0, "status", r.status)
-        frame.insert(0, "version", r.version)
-        frame.insert(0, "key", r.key)
-        frame.insert(0, "experiment", r.experiment)
-        frames.append(frame)
+        meta = dict(experiment=r.experiment, key=r.key, version=r.version, status=r.status,
+                    reason=r.reason, config=json.dumps(r.config, sort_keys=True),
+                    extra=json.dumps(scalars, sort_keys=True))  # fmt: skip
+        frames.append(r.history.assign(**meta)[[*meta, *r.history.columns]])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = pd.concat(frames, ignore_index=True)

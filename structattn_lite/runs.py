@@ -22,17 +22,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from structattn_lite.records import RunRecord, RunStore, StoreError, config_dict, config_hash
+from structattn_lite.records import (
+    RunRecord,
+    RunStore,
+    StoreError,
+    config_dict,
+    config_hash,
+    without_seed,
+)
 
 UNFINISHED_ENV = "STRUCTATTN_UNFINISHED"
 
 # --- the one sweep -------------------------------------------------------------------
-
-
-def _without_seed(config: Any) -> str:
-    blob = config_dict(config)
-    blob.pop("seed", None)
-    return json.dumps(blob, sort_keys=True)
 
 
 def run_unit(
@@ -68,7 +69,7 @@ def group_seeds(configs: Sequence[Any]) -> list[Any]:
     """Work units: configs equal but for their seed as one list (a lone config as itself)."""
     groups: dict[str, list[Any]] = {}
     for cfg in configs:
-        groups.setdefault(_without_seed(cfg), []).append(cfg)
+        groups.setdefault(without_seed(cfg), []).append(cfg)
     return [g if len(g) > 1 else g[0] for g in groups.values()]
 
 
