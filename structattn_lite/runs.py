@@ -1,11 +1,5 @@
 """The one sweep every study goes through: reuse finished records, train the rest.
 
-``sweep(study, configs)`` looks each config up in the store, trains the missing ones
-here or as Ray tasks (``executors``), checkpoints long runs, and saves every record as it
-finishes. A lock beside each record keeps two processes from training one config: run
-locally, each work unit is claimed just before it trains, so several processes started
-on one grid share its runs.
-
 A run a sweep leaves unfinished (failed, held by another process, at a path that cannot
 be read or written) is warned about and, when ``STRUCTATTN_UNFINISHED`` names a file,
 appended to it as one JSON line: that is how ``structattn run`` and ``structattn study``
