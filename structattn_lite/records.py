@@ -1,12 +1,5 @@
-"""Run records and the store that keeps them.
-
-A record carries the config, seed, package version, status and per-epoch history, so
-every number in a table can be traced to the run that made it. The store keys each
-record by a hash of its full config and writes it atomically; a finished record on disk
-is reused, a corrupt or incomplete one reported, set aside and recomputed (see
-``runs.sweep``). A record or checkpoint that cannot be read or written raises
-:class:`StoreError`, which names the path.
-"""
+"""Run records and the store that keeps them, keyed by a hash of each record's full
+config, so every number in a table can be traced to the run that made it."""
 
 from __future__ import annotations
 

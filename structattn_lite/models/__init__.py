@@ -52,12 +52,8 @@ def model_config(name: str, preset: str | None = None, **options):
 
 
 def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
-    """``build_model("csp", preset=one of PRESETS, **overrides)``, or a baseline.
-
-    Baselines (``lstm``, ``gru``, ``transformer``, ``diag_rnn``, ``diag_rnn_neg``,
-    ``complex_rnn``) take ``vocab_size``, ``n_classes``, ``d_model``, ``n_layers`` (and
-    ``n_heads``, ``scan``) and have no presets.
-    """
+    """``build_model("csp", preset=one of PRESETS, **overrides)``, or a baseline (one of
+    ``BASELINES``, no presets) from ``vocab_size``, ``n_classes``, ``d_model``, ``n_layers``..."""
     cfg = model_config(name, preset, **options)
     if name != "csp":
         return build_baseline(name, **options)
