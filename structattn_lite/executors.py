@@ -1,22 +1,9 @@
 """Where a grid's runs execute: in this process, or as tasks on a Ray cluster.
 
-``execute(run_one, configs, experiment=...)`` calls ``run_one(config, checkpoint=plan)
--> RunRecord`` for every config (``plan`` a ``training.checkpoint.CheckpointPlan``, or
-None when the run does not checkpoint) and yields ``(config, record)`` as runs finish,
-``config`` being the very object passed in (or what ``claim`` made of it). A run that
-raises becomes a record with status "failed" and the error as its reason; a run that
-diverges already returns its own "diverged" record; either way the other runs go on. An
-item may also be a list of configs (seeds trained together) for which ``run_one``
-returns a list of records; if it raises, each config gets a "failed" record. Cache
-look-ups and store writes stay with the caller (``runs.sweep``), on the driver, and so
-does claiming a run: ``claim(item)`` is called just before a local item runs (so several
-processes can share one grid), or for every item before any Ray task starts.
-
-With ``executor="ray"`` each config is one Ray task, so ``run_one`` and the configs are
-pickled to the workers: ``run_one`` must be a module-level function of an importable
-module (e.g. a study's ``run``), or a ``functools.partial`` of one; Ray's cloudpickle
-also ships functions defined in a notebook or ``__main__`` by value. Workers must be able
-to import ``structattn_lite`` (install it on every node of a cluster).
+A run that raises becomes a "failed" record and the other runs go on. Cache look-ups,
+store writes and claiming runs stay with the caller (``runs.sweep``), on the driver.
+With Ray, ``run_one`` and the configs are pickled to the workers, which must be able to
+import ``structattn_lite``.
 """
 
 from __future__ import annotations
@@ -77,14 +64,8 @@ def run_guarded(
     checkpoint_every: int = 0,
     heartbeat: Callable[[], None] | None = None,
 ) -> RunRecord | list[RunRecord]:
-    """``run_one(item, checkpoint=plan)`` with its thread count and checkpoint plan; an
-    exception becomes a record, except a StoreError of the whole store (a full disk),
-    which no other run escapes.
-
-    A list of seeds trained together checkpoints through its ``StackedTrainer`` (a
-    ``stacked`` plan, which a per-seed fallback Trainer is never given). ``heartbeat()``
-    is called after each checkpoint is saved.
-    """
+    """``run_one(item, checkpoint=plan)``; an exception becomes a record, except a
+    store-wide StoreError (a full disk), which no other run escapes."""
     stacked = isinstance(item, (list, tuple))
     path = checkpoint_for(item) if checkpoint_for is not None else None
     try:
@@ -117,26 +98,16 @@ def execute(
     claim: Claim | None = None,
     heartbeat_for: HeartbeatFor | None = None,
 ) -> Iterator[tuple[Any, RunRecord]]:
-    """Run every config, yielding ``(config, record)`` as each finishes.
+    """Run every config, yielding ``(item, record)`` as each finishes.
 
-    - ``experiment``: the record kind, used to key the "failed" record of a run that raised.
-    - ``executor``: "local" (this process, in order) or "ray" (one Ray task per config,
-      in the order they finish).
-    - ``address``: a Ray cluster to join ("auto", "ray://host:10001", ...); None starts a
-      local instance with ``num_cpus`` CPUs (None: all). An instance already started in
-      this process (``ray.init``) is reused and left running.
-    - ``threads``: torch intra-op threads per run (1 suits these small models).
-    - ``cpus_per_run`` / ``gpus_per_run``: Ray resources of one task; a fraction of a GPU
-      packs several small runs on one device. Ray hides GPUs from tasks that ask for none.
-    - ``checkpoint_for(config) -> path`` and ``checkpoint_every``: where each run
-      checkpoints (see ``training.checkpoint.checkpoint_plan``); on a cluster the path is on
-      the worker's disk, so a retried run resumes only on a shared file system.
-    - ``claim(config) -> config | None``: what of an item to run now (a list of seeds may
-      come back shorter), or None to skip it; the item yielded is what it returned. The
-      local executor claims each item just before it runs; Ray claims them all before
-      the first task starts.
-    - ``heartbeat_for(item) -> callable | None``: called (local executor) after each
-      checkpoint of that item is saved, e.g. to refresh its lock.
+    ``run_one(item, checkpoint=plan)`` returns a record, or a list of them for an item
+    that is a list of configs (seeds trained together). ``executor``: "local" (in order)
+    or "ray" (one task per item, in the order they finish; ``address`` joins a cluster,
+    else a local instance of ``num_cpus`` CPUs starts). ``threads``: torch intra-op
+    threads per run. ``checkpoint_for(item) -> path``: on a cluster, a retried run resumes
+    only on a shared file system. ``claim(item) -> item | None``: what of an item to run
+    now (None skips it); local claims each item just before it runs, Ray all up front.
+    ``heartbeat_for(item)``: called (local) after each checkpoint of that item is saved.
     """
     # Checked here, not when the first result is asked for (the rest is a generator).
     check_choice("executor", executor, EXECUTORS)

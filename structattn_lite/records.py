@@ -1,12 +1,5 @@
-"""Run records and the store that keeps them.
-
-A record carries the config, seed, package version, status and per-epoch history, so
-every number in a table can be traced to the run that made it. The store keys each
-record by a hash of its full config and writes it atomically; a finished record on disk
-is reused, a corrupt or incomplete one reported, set aside and recomputed (see
-``runs.sweep``). A record or checkpoint that cannot be read or written raises
-:class:`StoreError`, which names the path.
-"""
+"""Run records and the store that keeps them, keyed by a hash of each record's full
+config, so every number in a table can be traced to the run that made it."""
 
 from __future__ import annotations
 
@@ -40,6 +33,11 @@ def config_hash(experiment: str, config: Any) -> str:
     """Stable 16-hex key of the experiment name and the full config."""
     blob = json.dumps({"experiment": experiment, "config": config_dict(config)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def without_seed(config: Any) -> str:
+    """The config but for its seed: equal for configs that may train together."""
+    return json.dumps({k: v for k, v in config_dict(config).items() if k != "seed"}, sort_keys=True)
 
 
 @dataclasses.dataclass
@@ -221,21 +219,8 @@ class RunStore:
         return record if record.status in FINISHED else None
 
     def save(self, record: RunRecord) -> Path:
-        """Write atomically: a crash mid-write never leaves a half record behind."""
         path = self.path(record.experiment, record.key)
-        tmp = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{record.key}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(record.to_json(), fh)
-            os.replace(tmp, path)
-        except OSError as err:  # a full disk, a read-only store, a directory at the path
-            raise StoreError(f"cannot write the run record {path}: {err}", err) from None
-        finally:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        return atomic_write(path, "run record", lambda fh: json.dump(record.to_json(), fh))
 
     def records(self, experiment: str) -> list[RunRecord]:
         """Every readable record of an experiment (for browsing widgets)."""
@@ -248,6 +233,28 @@ class RunStore:
                     f"skipping corrupt run record {path}", CorruptRecordWarning, stacklevel=2
                 )
         return out
+
+
+def atomic_write(path: str | os.PathLike, what: str, write, binary: bool = False) -> Path:
+    """``write(fh)`` to a temp file beside ``path``, then replace it: a crash mid-write
+    never leaves half a file. StoreError naming ``path`` when it cannot be written (torch
+    reports a full disk as a RuntimeError)."""
+    path, tmp = Path(path), None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb" if binary else "w") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise StoreError(f"cannot write the {what} {path}: {first}", err) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
 
 
 def _free_name(path: Path) -> Path:
@@ -286,16 +293,11 @@ def export_histories(
     """
     frames = []
     for r in records:
-        frame = r.history.copy()
         scalars = {k: v for k, v in r.extra.items() if isinstance(v, (int, float, str))}
-        frame.insert(0, "extra", json.dumps(scalars, sort_keys=True))
-        frame.insert(0, "config", json.dumps(r.config, sort_keys=True))
-        frame.insert(0, "reason", r.reason)
-        frame.insert(0, "status", r.status)
-        frame.insert(0, "version", r.version)
-        frame.insert(0, "key", r.key)
-        frame.insert(0, "experiment", r.experiment)
-        frames.append(frame)
+        meta = dict(experiment=r.experiment, key=r.key, version=r.version, status=r.status,
+                    reason=r.reason, config=json.dumps(r.config, sort_keys=True),
+                    extra=json.dumps(scalars, sort_keys=True))  # fmt: skip
+        frames.append(r.history.assign(**meta)[[*meta, *r.history.columns]])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = pd.concat(frames, ignore_index=True)

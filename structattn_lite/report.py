@@ -117,13 +117,8 @@ def save_figure(
     pdf: bool = True,
 ) -> list[Path]:
     """Write ``<notebook>_<name>.png`` and ``.pdf`` into ``out``, else the folder of
-    ``profile`` (``config.figures_dir``); returns the paths.
-
-    ``profile="committed"`` marks a render of the committed records in data/results, the
-    only kind that goes to ``figures/`` (``committed_figures`` draws them all); a figure
-    of a profile's own runs goes to ``reports/<profile>/``. A smoke-profile figure, or
-    one drawn from a stand-in corpus (anything but ``"ptb"``), says so in its title.
-    """
+    ``profile`` (``config.figures_dir``); returns the paths. A smoke-profile figure, or one
+    drawn from a stand-in corpus (anything but ``"ptb"``), says so in its title."""
     stand_in = corpus not in (None, "ptb")
     if out is None:
         if profile is None:

@@ -1,11 +1,5 @@
 """The one sweep every study goes through: reuse finished records, train the rest.
 
-``sweep(study, configs)`` looks each config up in the store, trains the missing ones
-here or as Ray tasks (``executors``), checkpoints long runs, and saves every record as it
-finishes. A lock beside each record keeps two processes from training one config: run
-locally, each work unit is claimed just before it trains, so several processes started
-on one grid share its runs.
-
 A run a sweep leaves unfinished (failed, held by another process, at a path that cannot
 be read or written) is warned about and, when ``STRUCTATTN_UNFINISHED`` names a file,
 appended to it as one JSON line: that is how ``structattn run`` and ``structattn study``
@@ -22,17 +16,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from structattn_lite.records import RunRecord, RunStore, StoreError, config_dict, config_hash
+from structattn_lite.records import (
+    RunRecord,
+    RunStore,
+    StoreError,
+    config_dict,
+    config_hash,
+    without_seed,
+)
 
 UNFINISHED_ENV = "STRUCTATTN_UNFINISHED"
 
 # --- the one sweep -------------------------------------------------------------------
-
-
-def _without_seed(config: Any) -> str:
-    blob = config_dict(config)
-    blob.pop("seed", None)
-    return json.dumps(blob, sort_keys=True)
 
 
 def run_unit(
@@ -68,13 +63,8 @@ def group_seeds(configs: Sequence[Any]) -> list[Any]:
     """Work units: configs equal but for their seed as one list (a lone config as itself)."""
     groups: dict[str, list[Any]] = {}
     for cfg in configs:
-        groups.setdefault(_without_seed(cfg), []).append(cfg)
+        groups.setdefault(without_seed(cfg), []).append(cfg)
     return [g if len(g) > 1 else g[0] for g in groups.values()]
-
-
-def _refresh(locks: list[Any]) -> None:
-    for lock in locks:
-        lock.refresh()
 
 
 def report_unfinished(experiment: str, unfinished: dict[str, tuple[Any, str]]) -> None:
@@ -119,33 +109,14 @@ def sweep(
 ) -> list[RunRecord]:
     """Reuse each config's finished record or train it; return the records in config order.
 
-    ``study`` is a study's experiment module or its name (``structattn_lite.studies``).
-    ``only_cached=True`` trains nothing: it returns the records already on disk (a
-    partial grid gives the runs it has). A run that diverges is recorded and the sweep
-    goes on; one that raises is recorded as "failed" and rerun by the next sweep.
-    ``threads``: intra-op threads per training process (None leaves torch's setting).
-    ``seed_batching``: configs equal but for their seed train together, when the study
-    has ``run_seeds``. ``executor``: "local" (this process) or "ray" (one Ray task per
-    unit; ``address`` joins an existing cluster). A run checkpoints every
-    ``checkpoint_every`` epochs (0: never) and resumes from it if interrupted.
-
-    A lock beside each record keeps two processes from training one config. Locally each
-    unit is locked just before it trains (Ray: all of them up front), so several
-    processes can share one grid: a run another process holds is skipped with a warning
-    and returned if its record is there when this sweep ends; one finished meanwhile is
-    loaded, not trained again; each checkpoint saved refreshes the run's lock.
-
-    Every argument is checked before anything trains. A record or checkpoint path that
-    cannot be read or written skips that run with a warning; a full disk or read-only
-    store raises ``StoreError`` naming the path. Unfinished runs are reported (see the
-    module's docstring).
+    ``study``: a study's module or name. ``only_cached=True`` trains nothing and returns
+    the records on disk. ``seed_batching``: configs equal but for their seed train
+    together, when the study has ``run_seeds``. A run checkpoints every
+    ``checkpoint_every`` epochs (0: never). A run another process holds is skipped with a
+    warning (and returned if its record is there when this sweep ends); a path that cannot
+    be read or written skips its run; a full disk raises ``StoreError``.
     """
-    from structattn_lite.config import (
-        TRAINING_DEVICES,
-        check_choice,
-        check_int,
-        resolve_device,
-    )
+    from structattn_lite.config import TRAINING_DEVICES, check_choice, check_int, resolve_device
     from structattn_lite.executors import EXECUTORS, execute
     from structattn_lite.locking import RunLock, RunLockedError
     from structattn_lite.studies import get_study
@@ -248,7 +219,8 @@ def sweep(
 
     def heartbeat_for(unit: Any) -> Any:
         keys = [config_hash(experiment, c) for c in (unit if isinstance(unit, list) else [unit])]
-        return functools.partial(_refresh, [locks[k] for k in keys if k in locks])
+        held = [locks[k] for k in keys if k in locks]
+        return lambda: [lock.refresh() for lock in held]
 
     run_one = functools.partial(
         run_unit,

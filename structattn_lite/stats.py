@@ -70,13 +70,10 @@ def t_half_width(sd: float, n: int, level: float = LEVEL) -> float:
 
 
 def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, int]:
-    """(mean, low, high, n) of the finite values; low = high = mean for one value."""
-    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
-    if len(x) == 0:
-        return math.nan, math.nan, math.nan, 0
-    mean = float(x.mean())
-    half = t_half_width(float(x.std(ddof=1)), len(x), level) if len(x) > 1 else math.nan
-    return mean, mean - half, mean + half, len(x)
+    """(mean, low, high, n) of the finite values; low and high NaN below two values."""
+    mean, sd, n = summary(values)
+    half = t_half_width(sd, n, level)
+    return mean, mean - half, mean + half, n
 
 
 def welch_difference(a: tuple, b: tuple, level: float = LEVEL) -> tuple[float, float, float]:

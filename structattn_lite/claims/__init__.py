@@ -19,8 +19,6 @@ from structattn_lite.claims.csp import GAP_METRIC, SPIKE_WINDOW, gap_verdict, se
 from structattn_lite.claims.rows import COLUMNS, TASK_NAME
 from structattn_lite.config import results_dir
 
-__all__ = ["COLUMNS", "GAP_METRIC", "SPIKE_WINDOW", "TASK_NAME", "committed", "counts",
-           "gap_verdict", "ledger", "markdown", "results_dir", "seed_gaps", "write"]  # fmt: skip
 CLAIMS_CSV = "claims.csv"
 # --- the table --------------------------------------------------------------------------
 

@@ -13,13 +13,3 @@ from structattn_lite.data.text import (
     load_corpus,
     ptb_available,
 )
-
-__all__ = [
-    "FALLBACK_LABEL",
-    "char_ptb",
-    "cifar10_available",
-    "fallback_corpus",
-    "fetch",
-    "load_corpus",
-    "ptb_available",
-]

@@ -52,12 +52,8 @@ def model_config(name: str, preset: str | None = None, **options):
 
 
 def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
-    """``build_model("csp", preset=one of PRESETS, **overrides)``, or a baseline.
-
-    Baselines (``lstm``, ``gru``, ``transformer``, ``diag_rnn``, ``diag_rnn_neg``,
-    ``complex_rnn``) take ``vocab_size``, ``n_classes``, ``d_model``, ``n_layers`` (and
-    ``n_heads``, ``scan``) and have no presets.
-    """
+    """``build_model("csp", preset=one of PRESETS, **overrides)``, or a baseline (one of
+    ``BASELINES``, no presets) from ``vocab_size``, ``n_classes``, ``d_model``, ``n_layers``..."""
     cfg = model_config(name, preset, **options)
     if name != "csp":
         return build_baseline(name, **options)
@@ -66,22 +62,3 @@ def build_model(name: str, preset: str | None = None, **options) -> nn.Module:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-__all__ = [
-    "AUTHORS_PRESETS",
-    "AuthorsCSP",
-    "AuthorsCSPConfig",
-    "BASELINES",
-    "CSP",
-    "CSPConfig",
-    "CSP_PRESETS",
-    "MODELS",
-    "PRESETS",
-    "PRESET_ALIASES",
-    "build_model",
-    "count_parameters",
-    "csp_config",
-    "model_config",
-    "preset_config",
-]

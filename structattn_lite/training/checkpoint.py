@@ -1,31 +1,16 @@
 """Checkpoints that let a killed run resume and end exactly as an uninterrupted one.
 
-A checkpoint holds the model, optimizer and scheduler state, the trainer's epoch
-counter, history and per-step gradient norms, and every random state the next epochs
-draw from: torch's global CPU (and CUDA) generators and the data order generator. It is
-written atomically (a temp file in the same folder, then ``os.replace``), so a kill
-mid-write leaves the previous checkpoint intact. A checkpoint that cannot be loaded is
-set aside (``<name>.corrupt``, with a warning) and the run trains from scratch; one that
-cannot be written (a full disk, a read-only store) raises ``StoreError`` naming it.
-
-Where a run checkpoints is a ``CheckpointPlan``, passed explicitly: to a Trainer
-(``checkpoint_path=`` or ``checkpoint=plan``), and to a study's ``run(config,
-checkpoint=plan)``, which hands it to the trainer it builds::
-
-    plan = checkpoint_plan(store_dir / f"{key}.ckpt", every=5)
-    record = study.run(config, checkpoint=plan)
-
-Seeds trained together (a study's ``run_seeds(configs, checkpoint=plan)``) checkpoint
-the same way through their ``StackedTrainer``, with a ``stacked=True`` plan. The sweep
-(``executors.run_guarded``) builds each unit's plan, with the heartbeat that refreshes
-the unit's locks at each checkpoint.
+A checkpoint holds the model, optimizer and scheduler state, the trainer's counters and
+history, and every random state the next epochs draw from. It is written atomically; one
+that cannot be loaded is set aside (``<name>.corrupt``, with a warning) and the run trains
+from scratch. Where a run checkpoints is a ``CheckpointPlan``, passed explicitly to a
+Trainer and to a study's ``run(config, checkpoint=plan)``.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -35,7 +20,7 @@ from typing import Any
 import torch
 
 from structattn_lite.config import check_int
-from structattn_lite.records import StoreError, set_aside
+from structattn_lite.records import atomic_write, set_aside
 
 
 @dataclass(frozen=True)
@@ -61,14 +46,9 @@ def checkpoint_plan(
     stacked: bool = False,
     heartbeat: Callable[[], None] | None = None,
 ) -> CheckpointPlan | None:
-    """The plan to checkpoint to ``path`` every ``every`` epochs; None (no checkpoints)
-    when ``path`` is None or ``every`` is 0.
-
-    ``stacked=True`` is for a unit of seeds trained together: only a ``StackedTrainer``
-    takes it (a plain ``Trainer`` refuses it), so a unit that falls back to one Trainer
-    per seed never has every seed resume from one file. ``heartbeat()`` is called after
-    each checkpoint is saved (the sweep refreshes the run's lock with it).
-    """
+    """The plan to checkpoint to ``path`` every ``every`` epochs; None when ``path`` is
+    None or ``every`` is 0. Only a ``StackedTrainer`` takes a ``stacked`` plan, so a unit
+    that falls back to one Trainer per seed never has every seed resume from one file."""
     check_int("every", every, minimum=0)
     if not isinstance(stacked, bool):
         raise ValueError(f"stacked must be True or False, got {stacked!r}")
@@ -134,28 +114,7 @@ def set_rng_state(state: dict[str, Any], generator: Generators) -> None:
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """``torch.save`` to a temp file beside ``path``, then atomically replace it.
-
-    StoreError (naming ``path``) when it cannot be written: torch reports a full disk as
-    a RuntimeError ("enforce fail at inline_container.cc").
-    """
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise StoreError(f"cannot write the checkpoint {path}: {first}", err) from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return atomic_write(path, "checkpoint", lambda fh: torch.save(state, fh), binary=True)
 
 
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu") -> dict | None:

@@ -1,24 +1,13 @@
 """One driver for every state-tracking run: the grokking, ablation and length studies.
 
-A study describes one config's run as a ``Setup``: its model (freshly initialised from
-the seed), its tensors, how an epoch's predictions become a history row (``score``) and
-its validation-only stop rule (``ValidationStop``); and it turns a trained run into its
-``RunRecord`` with a ``record`` function. The driver builds the rest, in one place for
-every study: the loss (at the last position only, or at every position), the batch
-sampler (a fresh permutation of the training set each epoch from the seed's generator,
-or the study's own sampler of fresh strings), the evaluation and the stop rule; and
-trains
-
-- one config on a ``Trainer`` (``run_alone``), or
-- configs equal but for their seed on one ``StackedTrainer`` (``run_together``), each
-  seed as if alone, when their model has a stacked form and their tensors stack. Any
-  other unit trains one seed at a time (the study's ``alone``), without the unit's
-  checkpoint, which is for a stacked unit only.
+A study describes one config's run as a ``Setup`` and turns a trained run into its
+``RunRecord``; the driver builds the rest in one place (the loss, the batch sampler, the
+evaluation and the stop rule) and trains one config on a ``Trainer`` (``run_alone``), or
+configs equal but for their seed on one ``StackedTrainer`` (``run_together``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from structattn_lite.records import RunRecord, config_hash
+from structattn_lite.records import RunRecord, without_seed
 from structattn_lite.training.checkpoint import CheckpointPlan
 from structattn_lite.training.losses import get_loss
 from structattn_lite.training.metrics import predict
@@ -62,12 +51,9 @@ class Setup:
     """One config's run, as its study builds it.
 
     ``tensors``: ``x_train``/``y_train`` (absent when ``sample`` draws the batches) and
-    ``x_<name>``/``y_<name>`` of each evaluation set in ``evals`` (None or empty: not
-    evaluated). ``score(preds)`` makes an epoch's row from ``{name: (predictions,
-    targets)}``, ``(None, None)`` for a set not evaluated. ``last_only``: the loss (and a
-    stacked model's predictions) at the last position only. ``sample(generator)``: an
-    epoch's batches on the CPU, drawn from the seed's generator, instead of a permutation
-    of ``x_train``.
+    ``x_<name>``/``y_<name>`` of each evaluation set in ``evals``. ``score(preds)`` makes an
+    epoch's row from ``{name: (predictions, targets)}``. ``sample(generator)``: an epoch's
+    batches, drawn from the seed's generator, instead of a permutation of ``x_train``.
     """
 
     cfg: Any  # epochs, batch_size, loss, optim and seed are read from it
@@ -153,10 +139,6 @@ def run_alone(
     return record(setup, result, time.perf_counter() - start, lambda: model)
 
 
-def _without_seed(cfg) -> str:
-    return config_hash("group", dataclasses.replace(cfg, seed=0))
-
-
 def run_together(
     configs: Sequence,
     setup: Callable[[Any], Setup],
@@ -168,15 +150,12 @@ def run_together(
     eval_chunk: int = 512,
 ) -> list[RunRecord]:
     """Configs equal but for their seed trained together on one ``StackedTrainer``, each
-    seed as ``run_alone`` would train it; one record each, with ``seed_batched``.
-
-    A unit whose model has no stacked form, whose tensors differ in shape or that draws
-    fresh batches (``sample``) trains one seed at a time with ``alone(config)``.
-    ``checkpoint`` is a ``stacked=True`` plan. ``eval_chunk``: strings per seed in one
-    evaluation pass.
+    seed as ``run_alone`` would train it. A unit whose model has no stacked form, whose
+    tensors differ in shape or that draws fresh batches trains one seed at a time with
+    ``alone(config)``, without the unit's (stacked) checkpoint.
     """
     configs = list(configs)
-    if len({_without_seed(c) for c in configs}) > 1:
+    if len({without_seed(c) for c in configs}) > 1:
         raise ValueError("seeds trained together need configs that differ only in their seed")
     setups = [setup(c) for c in configs]
     shapes = {

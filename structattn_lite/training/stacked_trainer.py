@@ -1,16 +1,9 @@
 """A trainer for stacked models: S seeds in one module, each trained as ``Trainer`` would.
 
-A stacked model holds every parameter with a leading seed axis S. ``StackedTrainer`` gives
-each seed ``Trainer.fit``'s semantics: its own batch order (one ``torch.Generator`` per
-seed), Adam state and learning rate, lr schedule, gradient-norm clipping, NaN/Inf guard
-(a diverged seed stops updating and is reported, the others go on) and stop rule, and
-history rows with ``Trainer``'s keys. The loss is the *sum* of the per-seed mean losses,
-so seed s's parameters get exactly seed s's gradient; Adam is elementwise, so one Adam
-over the stacked tensors is S Adams, given one learning rate per seed (``StackedAdam``).
-
-Like ``Trainer``, it checkpoints every few epochs (``checkpoint_path=``, or a
-``checkpoint=`` plan made with ``stacked=True``) and a later ``fit`` resumes from the
-checkpoint, ending exactly as an uninterrupted run.
+Each seed keeps its own batch order, Adam state, lr schedule, clipping, NaN/Inf guard
+(a diverged seed stops updating, the others go on) and stop rule. The loss is the *sum*
+of the per-seed mean losses, so seed s's parameters get exactly seed s's gradient; Adam
+is elementwise, so one Adam over the stacked tensors is S Adams (``StackedAdam``).
 """
 
 from __future__ import annotations
@@ -143,16 +136,9 @@ def _scheduler(optim: OptimConfig, epochs: int):
 
 
 class StackedTrainer:
-    """``Trainer`` for a stacked model: S seeds, each with ``Trainer.fit``'s semantics.
-
-    ``loss_fn(model, x, y)`` returns the per-seed losses [S]; ``batches(generators)``
-    yields an epoch's stacked batches (x [S, B, ...], y [S, B, ...]) from one generator per
-    seed; ``evaluate(model)`` returns one metrics dict per seed. ``fit`` returns one
-    ``TrainResult`` per seed, with the rows and per-step gradient norms ``Trainer`` logs.
-
-    ``checkpoint_path`` (or a ``checkpoint`` plan made with ``stacked=True``) makes
-    ``fit`` save every ``checkpoint_every`` epochs, resume from a checkpoint it finds
-    there, and delete it once the run ends.
+    """``Trainer`` for a stacked model: ``loss_fn(model, x, y)`` returns the per-seed losses
+    [S], ``batches(generators)`` an epoch's stacked batches from one generator per seed,
+    ``evaluate(model)`` one metrics dict per seed; ``fit`` one ``TrainResult`` per seed.
     """
 
     def __init__(

@@ -40,12 +40,8 @@ from structattn_lite.training.checkpoint import (
 
 @contextlib.contextmanager
 def few_threads(n: int | None = 1):
-    """Run tiny-model training on ``n`` intra-op threads (None: unchanged), then restore.
-
-    These models are far too small to gain from intra-op threads; on a shared 2-core
-    machine two threads per process oversubscribe it, and a quick-profile run measured
-    ~50x slower with 2 threads (52 s) than with 1 (1 s).
-    """
+    """Run on ``n`` intra-op threads (None: unchanged), then restore: these models are too
+    small to gain from more, and on a shared 2-core machine 2 threads ran ~50x slower."""
     old = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)
@@ -145,25 +141,14 @@ class TrainResult:
 class Trainer:
     """Train ``model`` with ``loss_fn(model, *batch) -> scalar``, round after round.
 
-    The optimizer is ``make_optimizer(model, optim)`` (Adam by default), stepped with
-    ``optim``'s per-round lr schedule (the plateau scheduler watches the training loss,
-    never a test metric), or, given ``lr_at``, at rate ``lr_at(step)`` for every group
-    at each step (0-based). Gradients are clipped to ``optim.clip``; ``grad_groups``
-    (name -> parameters) have their gradient norm logged each step too. ``precision``
-    "bfloat16" runs forward and loss under autocast. ``columns``: the trainer's numbers
-    each row starts with, of epoch, step (steps taken), lr, train_loss, grad_norm_mean,
-    grad_norm_max, seconds and cpu_seconds (since the run began). ``stateful``: more
-    objects (``state_dict``/``load_state_dict``) for a checkpoint to carry.
-
-    ``device`` ("auto", "cpu", "cuda", "cuda:1", ...; None: wherever the model is) moves
-    the model once; keep the data on the same device so batches need no copy (a batch
-    elsewhere is moved, which costs a copy per step). Each step synchronises with the
-    device once (and once per grad group), to read the loss and gradient norm the history
-    and the NaN guard need.
-
-    ``checkpoint_path`` (or a ``checkpoint`` plan, ``training.checkpoint.CheckpointPlan``)
-    makes ``fit`` save every ``checkpoint_every`` (the plan's ``every``) rounds, resume
-    from a checkpoint it finds there, and delete it once the run ends.
+    The lr follows ``optim``'s per-round schedule (the plateau scheduler watches the
+    training loss, never a test metric), or ``lr_at(step)`` at each step. ``grad_groups``
+    (name -> parameters) have their gradient norm logged each step too. ``columns``: the
+    trainer's numbers each row starts with. ``stateful``: more objects for a checkpoint to
+    carry. Keep the data on ``device`` so batches need no copy; each step synchronises
+    with the device once, to read the loss and gradient norm the NaN guard needs. A
+    checkpoint plan makes ``fit`` save every few rounds, resume from a checkpoint it finds,
+    and delete it once the run ends.
     """
 
     model: nn.Module
@@ -326,13 +311,11 @@ class Trainer:
         patience: int | None = None,
         time_budget_s: float | None = None,
     ) -> TrainResult:
-        """Train ``epochs`` more rounds, each on the batches ``batches(generator)`` yields
-        and logged with ``evaluate(model)``'s numbers.
+        """Train ``epochs`` more rounds on ``batches(generator)``, logging ``evaluate(model)``.
 
         Stops early once ``stop_when(rows)`` holds, after ``patience`` rounds without a new
-        best (lowest) ``monitor`` value, or once the process's CPU time in the run passes
-        ``time_budget_s`` (checked after each step; the round so far is logged). With a
-        ``monitor``, the state of its best round is restored into the model at the end.
+        lowest ``monitor`` (whose best state is restored at the end), or once the run's CPU
+        time passes ``time_budget_s``.
         """
         if patience is not None and monitor is None:
             raise ValueError("patience counts rounds without a new best monitor value: name it")
