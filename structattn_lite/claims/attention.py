@@ -50,13 +50,15 @@ LOWPARAM_PROTOCOL = (
     "better validation bpc; each variant's rate chosen on validation at this budget over 3 "
     "seeds (widened at the sweep's edge), then 5 seeds; test bpc"
 )
+LOW_DATA_PROTOCOL = LOWPARAM_PROTOCOL + "; d_model 32 on 1% and 100% of the text"
 LOWPARAM_COMMAND = "structattn run attention --grid lowparam"
 
 
 def low_parameters() -> list[dict]:
     """The card's low-parameter half, from the ``lowparam`` grid's test bpc: matroidal m=2d
     (shared, and separate q/k) not worse than dense at d_model 32 and at 64, and its edge
-    over dense and over dot larger at 32 than at 64."""
+    over dense and over dot larger at 32 than at 64; then its low-data half at d_model 32,
+    trained to the same early stop: the edge larger on 1% of the text than on all of it."""
     from structattn_lite.studies.attention import lowparam
 
     cells = lowparam.interaction_inputs(read("attention_lowparam_runs.csv"))
@@ -67,7 +69,7 @@ def low_parameters() -> list[dict]:
     for d in (32, 64):
         for ident, suffix in (("shared", ""), ("sep", " (sep q/k)")):
             mat, dense = m + suffix, "dense" + suffix
-            a, b = cells.get((d, dense), []), cells.get((d, mat), [])
+            a, b = cells.get((d, dense, 1.0), []), cells.get((d, mat, 1.0), [])
             rows.append(_attention_row(
                 f"attention/low_parameters/d{d}/{ident}", f"at d_model {d}, {mat}: test bpc "
                 f"equal to or better than {dense} (within {bpc})", stats.difference(
@@ -76,10 +78,18 @@ def low_parameters() -> list[dict]:
                 {dense: a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
     for base, suffix in (("dense", ""), ("dot", "/dot")):
         names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
-        samples = [cells.get((int(at[2:]), v), []) for v, at in names]
+        samples = [cells.get((int(at[2:]), v, 1.0), []) for v, at in names]
         rows.append(_interaction_row(
             f"attention/low_parameters{suffix}", f"{m}'s edge over {base} is larger at "
             "d_model 32 than at 64", samples, names, "at d 32", **fields))  # fmt: skip
+    for base in ("dense", "dot"):
+        names = [(m, "1%"), (base, "1%"), (m, "100%"), (base, "100%")]
+        samples = [cells.get((32, v, int(at[:-1]) / 100), []) for v, at in names]
+        rows.append(_interaction_row(
+            f"attention/low_data/d32/{base}", f"at d_model 32, trained to the early stop, "
+            f"{m}'s edge over {base} is larger with 1% of the text than with all of it",
+            samples, names, "at 1%", **{**fields, "protocol": LOW_DATA_PROTOCOL,
+                                        "notebook": "02, low data"}))  # fmt: skip
     return rows
 
 

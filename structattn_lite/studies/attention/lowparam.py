@@ -130,8 +130,10 @@ def caption(runs: pd.DataFrame | None) -> str:
         f"({recipe['patience'] * recipe['eval_every']:,} steps) without a better validation "
         f"bpc; rates chosen on validation at this budget over seeds "
         f"{', '.join(map(str, spec['tune_seeds']))} ({len(tuned)} tuning runs), then "
-        f"{len(done)} final runs on seeds {', '.join(map(str, spec['seeds']))}; test bpc, "
-        "mean and 95% t interval"
+        f"{len(done)} final runs on seeds {', '.join(map(str, spec['seeds']))} and "
+        f"{len(finals(runs, fraction=None)) - len(done)} on "
+        f"{' and '.join(f'{f:.0%}' for f in spec['fractions'])} of the text (d_model "
+        f"{min(size['d_model'] for size in spec['sizes'])}); test bpc, mean and 95% t interval"
     )
 
 
@@ -145,13 +147,16 @@ def floors() -> dict[str, float]:
 
 
 def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
-    """Four panels: (a) the rate sweep as the choice read it (``tuning``) against the
-    peak rate (rates with all tuning seeds in); (b, c) test bpc of the final runs against all parameters and against the
-    metric's own (one point per size); (d) the finals' mean validation bpc against training
-    characters with the bigram and trigram floors. Solid: d_model 32; dashed: 64."""
+    """Five panels: (a) the rate sweep as the choice read it (``tuning``) against the
+    peak rate (rates with all tuning seeds in); (b, c) test bpc of the final runs against
+    all parameters and against the metric's own (one point per size); (d) the finals' mean
+    validation bpc against training characters with the bigram and trigram floors; (e)
+    test bpc against the share of the training text (d_model 32). Solid: d_model 32;
+    dashed: 64."""
     summary = table(runs).query("seeds > 0")
-    fig, axes = plt.subplots(2, 2, figsize=figure_size(2, 5.0))
-    (sweep_ax, params_ax), (metric_ax, curve_ax) = axes
+    fig, axes = plt.subplots(2, 3, figsize=figure_size(2, 4.6))
+    (sweep_ax, params_ax, metric_ax), (curve_ax, data_ax, legend_ax) = axes
+    legend_ax.axis("off")
     sizes = sorted(size["d_model"] for size in GRIDS[GRID]["sizes"])
     ls_of = dict(zip(sizes, ("-", "--"), strict=True))
     rates = tuning(histories)  # a rate with some tuning seeds still to come is not drawn
@@ -175,6 +180,11 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
                 mean = pd.concat(curves, axis=1).mean(axis=1)
                 chars = mean.index * 32 * 128  # batch x context per step
                 curve_ax.plot(chars, mean.values, ls=ls, color=model_style(variant)["color"])
+    for variant, g in low_data_table(runs).query("seeds > 0").groupby("variant", sort=False):
+        style = model_style(variant)
+        data_ax.errorbar(g["fraction"], g["test bpc"], yerr=[g["test bpc"] - g["95% low"],
+                         g["95% high"] - g["test bpc"]], color=style["color"],
+                         marker=style["marker"], capsize=2)  # fmt: skip
     known = floors()  # on the curves only: beside the final numbers they flatten the scale
     for name in FLOORS_DRAWN:
         if name in known:
@@ -186,24 +196,36 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
         sweep_ax.set_xticks(sorted(rates["lr"].unique()), minor=False)
         sweep_ax.set_xticks([], minor=True)
         sweep_ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    params_ax.set(xlabel="parameters", ylabel="test bpc")
+        sweep_ax.tick_params(axis="x", labelrotation=45)
+    params_ax.set(xlabel="parameters (thousands)", ylabel="test bpc")
+    params_ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+    params_ax.xaxis.set_major_formatter(
+        matplotlib.ticker.FuncFormatter(lambda x, _: f"{x / 1e3:g}")
+    )
     metric_ax.set(xlabel="metric parameters", ylabel="test bpc")
     curve_ax.set(xscale="log", xlabel="training characters", ylabel="validation bpc")
+    data_ax.set(xscale="log", xlabel="share of the training text (d_model 32)", ylabel="test bpc")
+    data_ax.set_xticks(list(GRIDS[GRID]["fractions"]) + [1.0])
+    data_ax.set_xlim(0.006, 1.6)
+    data_ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0, decimals=0))
     if "bigram" in known:  # the first evaluations sit far above every floor
         curve_ax.set_ylim(top=known["bigram"] + 0.3)
     if summary.empty:  # the finals come once every variant's rate is chosen
-        for ax in (params_ax, metric_ax, curve_ax):
+        for ax in (params_ax, metric_ax, curve_ax, data_ax):
             ax.text(0.5, 0.5, "no final runs committed yet", transform=ax.transAxes,
                     ha="center", va="center", fontsize=7, color="0.4")  # fmt: skip
     handles, labels = sweep_ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    legend_ax.legend(handles, labels, loc="center", frameon=False)
+    fig.tight_layout()
     return fig
 
 
 def interaction_inputs(runs: pd.DataFrame | None, column: str = "test_bpc") -> dict:
-    """{(d_model, variant): per-seed values} of the final runs, for the ledger."""
+    """{(d_model, variant, fraction of the text): per-seed values} of the final runs, for
+    the ledger."""
     out = {}
-    for (d, variant), g in finals(runs).groupby(["d_model", "variant"]):
-        out[(int(d), variant)] = g[column].astype(float).tolist()
+    for (d, variant, fraction), g in finals(runs, fraction=None).groupby(
+        ["d_model", "variant", "fraction"]
+    ):
+        out[(int(d), variant, float(fraction))] = g[column].astype(float).tolist()
     return out
