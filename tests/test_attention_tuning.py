@@ -162,8 +162,12 @@ def test_first_sweep_records_load_beside_the_current_ones(tmp_path, monkeypatch)
 
 def test_each_part_shows_the_ledger_rows_it_decides_and_the_floors_of_its_text():
     ledger = claims.ledger()
-    low = tr.ledger_rows(ledger, "low_data")
+    low = tr.ledger_rows(ledger, "low_data/dense", "low_data/dot")  # the committed grid's
     assert list(low["id"]) == ["attention/low_data/dense", "attention/low_data/dot"]
+    few = tr.ledger_rows(ledger, "low_parameters", "low_data/d32")  # grid lowparam's
+    assert set(few["id"]) >= {"attention/low_data/d32/dense", "attention/low_data/d32/dot",
+                              "attention/low_parameters/d32/sep"}  # fmt: skip
+    assert set(few["id"]).isdisjoint(low["id"])
     assert set(tr.ledger_rows(ledger, "stable", "digits")["id"]) == {
         "attention/stable/nonfinite", "attention/stable/saturated", "attention/stable/bfloat16",
         "attention/digits"}  # fmt: skip
