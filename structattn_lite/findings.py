@@ -1,4 +1,5 @@
-"""The README's "What we found": a few sentences, the claims ledger, three figures.
+"""The README's "What we found": the verdicts counted by source, the claims ledger, three
+figures.
 
 Everything here is rendered from ``data/results`` through ``claims.ledger()``.
 ``structattn findings --write`` rewrites ``data/results/claims.csv``, the three figures
@@ -26,29 +27,22 @@ GROUPS = {  # who made the claims -> the ledger ids' prefixes
     "the authors' README length table (CSP-Vanilla)": ("authors",),
     "the wider field (Grazzi et al.; the Chomsky-hierarchy paper) on parity at length": (
         "grazzi", "chomsky"),
-    "the attention card's hypothesis (at the committed grid's budget)": ("attention",),
+    "the attention card's hypothesis": ("attention",),
 }  # fmt: skip
-FIGURES = ("findings_ledger", "findings_grokking", "findings_length")
+FIGURES = ("findings_ledger", "findings_attention", "findings_grokking", "findings_length")
 
 
 def _group(table: pd.DataFrame, prefixes: tuple[str, ...]) -> pd.DataFrame:
     return table[table["id"].str.split("/").str[0].isin(prefixes)]
 
 
-def _counted(n: dict[str, int]) -> str:
-    undecided = n[stats.UNDECIDED]
-    return (f"{n[stats.REPRODUCED]} reproduced, {n[stats.NOT_REPRODUCED]} did not and "
-            f"{undecided} {'is' if undecided == 1 else 'are'} undecided")  # fmt: skip
-
-
-def sentences(table: pd.DataFrame) -> list[str]:
-    """The overall count, then one sentence per source of claims, filled from the ledger."""
-    out = [f"The ledger holds {len(table)} claims: {_counted(claims.counts(table))}."]
-    for words, prefixes in GROUPS.items():
-        group = _group(table, prefixes)
-        if len(group):
-            out.append(f"Of {len(group)} from {words}, {_counted(claims.counts(group))}.")
-    return out
+def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per source of claims and one for all of them: how many claims, and how
+    many of each verdict."""
+    groups = {words: _group(table, prefixes) for words, prefixes in GROUPS.items()}
+    rows = [{"claims from": words, "claims": len(g), **claims.counts(g)}
+            for words, g in {**groups, "all sources": table}.items() if len(g)]  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def ledger_figure(table: pd.DataFrame):
@@ -77,6 +71,54 @@ def ledger_figure(table: pd.DataFrame):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / (0.13 * len(rows) + 0.8)),
               ncol=5, fontsize=6)  # fmt: skip
     ax.set_title("Every claim with a published number: ours against it")
+    return fig
+
+
+# The attention rows that compare bits per character, by how the rule reads them: a
+# baseline minus matroidal that must stay above -margin ("not worse"), or a difference or
+# interaction that must lie below 0 (the claim's side).
+ATTENTION_PANELS = {  # title -> the ids it holds (a regular expression)
+    "not worse: baseline minus matroidal (bpc), above the margin":
+        r"attention/(not_worse/.*|low_parameters/d\d+/.*|stable/bfloat16|pruning)",
+    "below 0: interaction or difference (bpc)":
+        r"attention/(low_data/.*|low_parameters(/dot)?|best_m)",
+}  # fmt: skip
+
+
+def attention_figure(table: pd.DataFrame):
+    """The attention card's bits-per-character rows: each difference with its 95%
+    interval, coloured by verdict, against the side the claim needs; rows with no runs yet
+    are named and left empty."""
+    picked = {title: table[table["id"].str.fullmatch(ids)]
+              for title, ids in ATTENTION_PANELS.items()}  # fmt: skip
+    heights = [len(rows) for rows in picked.values()]
+    fig, axes = plt.subplots(2, 1, figsize=figure_size(2, 0.2 * sum(heights) + 1.4),
+                             gridspec_kw={"height_ratios": heights})  # fmt: skip
+    for ax, (title, rows) in zip(axes, picked.items(), strict=True):
+        rows = rows.iloc[::-1]
+        y = list(range(len(rows)))
+        if title.startswith("not worse"):
+            ax.axvspan(-stats.BPC_MARGIN, 1, color="#dddddd", label="the claim's side")
+        else:
+            ax.axvspan(-1, 0, color="#dddddd", label="the claim's side")
+        ax.axvline(0, color="#555555", lw=0.6)
+        for yy, (_, r) in zip(y, rows.iterrows(), strict=True):
+            if pd.isna(r["low"]):
+                ax.text(0, yy, "no runs yet", fontsize=5.5, va="center", ha="center", color="0.4")
+                continue
+            ax.errorbar(r["ours"], yy, xerr=[[r["ours"] - r["low"]], [r["high"] - r["ours"]]],
+                        fmt="o", ms=3, lw=1, color=VERDICT_COLOR[r["verdict"]])  # fmt: skip
+        ax.set_yticks(y, [r.removeprefix("attention/").replace("/", " · ") for r in rows["id"]],
+                      fontsize=5.5)  # fmt: skip
+        ends = pd.concat([rows["low"], rows["high"]]).dropna().abs()
+        reach = max(ends.max() if len(ends) else 0, stats.BPC_MARGIN) * 1.15
+        ax.set_xlim(-reach, reach)
+        ax.set_title(title, fontsize=7)
+    axes[-1].set_xlabel("bits per character; dots coloured by verdict")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v)
+               for v, c in VERDICT_COLOR.items()]  # fmt: skip
+    fig.legend(handles=handles, fontsize=6, loc="lower center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 
@@ -141,7 +183,7 @@ def render(table: pd.DataFrame | None = None) -> str:
     table = claims.ledger() if table is None else table
     rules = "\n".join(f"- **{name}**: {text}" for name, text in stats.RULES.items())
     return "\n\n".join([
-        " ".join(sentences(table)),
+        verdict_counts(table).to_markdown(index=False),
         figures_markdown(),
         "The rules, fixed before the runs were read (`structattn_lite/stats.py`), with "
         f"margins ±{stats.ACCURACY_MARGIN} on accuracy and F1, ±{stats.LENGTH_MARGIN} far past "
@@ -165,6 +207,7 @@ def readme_section(text: str | None = None) -> str:
 def write_figures(out: Path | None = None) -> list[Path]:
     """Render the three figures into ``out`` (default ``figures/``), PNG only."""
     drawn = {"findings_ledger": lambda: ledger_figure(claims.ledger()),
+             "findings_attention": lambda: attention_figure(claims.ledger()),
              "findings_grokking": grokking_figure, "findings_length": length_figure}  # fmt: skip
     paths = []
     for name in FIGURES:
