@@ -329,3 +329,23 @@ def test_mixed_configs_are_rejected_and_baselines_run_one_by_one():
     for c, r in zip(configs, records, strict=True):
         assert_same_record(run_csp(c, progress=False), r)
         assert "seed_batched" not in r.extra
+
+
+def test_seeds_whose_data_differ_in_shape_train_as_stacks_of_one(monkeypatch):
+    """Seeds that cannot share one stack (here seed 1 has fewer test strings) each train
+    as a stack of one seed, as ``run_csp`` trains them."""
+    real = state_tracking.csp_setup
+
+    def shorter(cfg):
+        setup = real(cfg)
+        if cfg.seed == 1:
+            setup.tensors["x_test"] = setup.tensors["x_test"][:-1]
+            setup.tensors["y_test"] = setup.tensors["y_test"][:-1]
+        return setup
+
+    monkeypatch.setattr(state_tracking, "csp_setup", shorter)
+    configs = [tiny_run(s, epochs=2) for s in (0, 1)]
+    records = run_csp_stacked(configs)
+    assert [r.extra["seed_batched"] for r in records] == [1, 1]
+    for c, r in zip(configs, records, strict=True):
+        pd.testing.assert_frame_equal(r.history, run_csp(c, progress=False).history)

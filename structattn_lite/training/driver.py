@@ -180,12 +180,7 @@ def train_seeds(
         return [
             train_seeds([c], setup, record, **options, eval_chunk=eval_chunk)[0] for c in configs
         ]
-    return _train_stacked(setups, record, checkpoint=checkpoint, eval_chunk=eval_chunk, **options)
-
-
-def _train_stacked(setups, record, *, callbacks, progress, device, checkpoint, eval_chunk):
-    """``setups`` (seeds of one config, tensors of one shape) on one ``StackedTrainer``."""
-    first, n_seeds = setups[0], len(setups)
+    n_seeds = len(setups)
     cfg0, bs, last_only = first.cfg, first.cfg.batch_size, first.last_only
     stacked = stack_models([s.model for s in setups]).to(device)
     t = {
