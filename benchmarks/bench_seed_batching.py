@@ -1,4 +1,5 @@
-"""K seeds trained together (one stacked model, ``run_csp_stacked``) vs K runs one after another.
+"""K seeds trained together (one stacked model, ``run_csp_stacked``) vs K runs one after another
+(each a stack of one seed, ``run_csp``).
 
     .venv/bin/python benchmarks/bench_seed_batching.py [--seeds 3] [--threads 1]
 

@@ -1,4 +1,5 @@
-"""Shared by the stacked-model tests: float64 reference models to stack and compare."""
+"""Shared by the stacked-model tests: float64 reference models to stack and compare, and
+the readable reference run the stacked training path is compared with."""
 
 import torch
 
@@ -15,3 +16,12 @@ def reference_models(model_cls, cfg, seeds, perturb=0.0):
                 p.add_(perturb * torch.randn_like(p))
         models.append(model)
     return models
+
+
+def reference_run(cfg):
+    """A state-tracking config trained the readable way: its reference model on a
+    ``Trainer`` (``driver.run_alone``), what the stacked path must equal."""
+    from structattn_lite.training import state_tracking
+    from structattn_lite.training.driver import run_alone
+
+    return run_alone(state_tracking.csp_setup(cfg), state_tracking.csp_record)

@@ -135,8 +135,8 @@ def test_a_seed_batched_sweep_equals_per_seed_runs_and_is_reloaded(tmp_path):
     finally:
         torch.set_default_dtype(old)
     assert [r.extra.get("seed_batched") for r in together] == [3, 3, 3]
-    for a, b in zip(one_by_one, together, strict=True):
-        assert a.key == b.key and a.status == b.status and "seed_batched" not in a.extra
+    for a, b in zip(one_by_one, together, strict=True):  # one by one: stacks of one seed
+        assert a.key == b.key and a.status == b.status and a.extra["seed_batched"] == 1
         pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-6, atol=1e-9)
         torch.testing.assert_close(
             torch.tensor(b.extra["step_grad_norms"]),

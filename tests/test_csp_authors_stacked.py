@@ -1,4 +1,5 @@
-"""The seed-stacked authors' CSP equals models/csp_authors.py, and trains as single runs do."""
+"""The seed-stacked authors' CSP equals models/csp_authors.py, and trains (seeds stacked,
+or one seed: ``run_csp``) as the reference model does on a ``Trainer``."""
 
 import copy
 import statistics
@@ -111,7 +112,8 @@ def test_trainable_count_equals_the_references_trained_parameters():
     "preset, labels, loss",
     [("upstream", "prefix", "ce"), ("authors_befce39", "sequence", "focal")],
 )
-def test_each_seed_of_a_stacked_run_equals_its_own_run(preset, labels, loss):
+@pytest.mark.parametrize("n_seeds", [1, 2])
+def test_each_seed_of_a_stacked_run_equals_its_reference_run(preset, labels, loss, n_seeds):
     old = torch.get_default_dtype()
     torch.set_default_dtype(
         torch.float64
@@ -121,14 +123,17 @@ def test_each_seed_of_a_stacked_run_equals_its_own_run(preset, labels, loss):
             CSPRun(task="parity", preset=preset, seed=s, length=8, n=160, labels=labels,
                    loss=loss, epochs=2, batch_size=32, model_options={"d_model": 6, "n_layers": 2},
                    optim=OptimConfig(lr=1e-2, schedule="cosine"))
-            for s in (0, 1)
+            for s in range(n_seeds)
         ]  # fmt: skip
-        alone = [run_csp(c, progress=False) for c in configs]
-        together = run_csp_stacked(configs)
+        alone = [stack_support.reference_run(c) for c in configs]
+        if n_seeds == 1:
+            together = [run_csp(configs[0], progress=False)]
+        else:
+            together = run_csp_stacked(configs)
     finally:
         torch.set_default_dtype(old)
     for a, b in zip(alone, together, strict=True):
-        assert a.key == b.key and a.status == b.status and b.extra["seed_batched"] == 2
+        assert a.key == b.key and a.status == b.status and b.extra["seed_batched"] == n_seeds
         pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(
             torch.tensor(b.extra["step_grad_norms"]),

@@ -1,4 +1,5 @@
-"""The seed-stacked CSP equals the reference CSP, and stacked training equals per-seed runs."""
+"""The seed-stacked CSP equals the reference CSP, and stacked training (every CSP run's
+path, one seed included) equals the reference model trained alone on a ``Trainer``."""
 
 import copy
 import dataclasses
@@ -266,20 +267,26 @@ def assert_same_record(alone, together):
     ],
     ids=["paper-sequence-focal", "code_switches-prefix-ce", "cosine-weight-decay"],
 )
-def test_each_seed_of_a_stacked_run_equals_its_own_run(changes):
+@pytest.mark.parametrize("n_seeds", [1, 3])
+def test_each_seed_of_a_stacked_run_equals_its_reference_run(changes, n_seeds):
+    """Seeds stacked, and one seed alone (``run_csp``: a stack of one), each equal the
+    reference model trained on a ``Trainer``."""
     # float64: CSP training amplifies float32 rounding about tenfold per step, so after a
     # few dozen steps two correct float32 runs differ by far more than 1e-5
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        configs = [tiny_run(s, **changes) for s in (0, 1, 2)]
-        alone = [run_csp(c, progress=False) for c in configs]
-        together = run_csp_stacked(configs)
+        configs = [tiny_run(s, **changes) for s in range(n_seeds)]
+        alone = [stack_support.reference_run(c) for c in configs]
+        if n_seeds == 1:
+            together = [run_csp(configs[0], progress=False)]
+        else:
+            together = run_csp_stacked(configs)
     finally:
         torch.set_default_dtype(old)
     for a, b in zip(alone, together, strict=True):
         assert_same_record(a, b)
-        assert b.extra["seed_batched"] == 3
+        assert b.extra["seed_batched"] == n_seeds
     assert len(alone[0].history) == 3
 
 
@@ -299,9 +306,11 @@ def test_a_diverging_seed_stops_alone(monkeypatch):
     together = run_csp_stacked(configs)
     assert [r.status for r in together] == ["ok", "diverged", "ok"]
     assert "non-finite" in together[1].reason and len(together[1].history) == 0
+    alone = run_csp(configs[1], progress=False)  # the guard of a stack of one seed
+    assert alone.status == "diverged" and alone.reason == together[1].reason
     old = torch.get_default_dtype()
     for s in (0, 2):  # the others trained on as if alone (float32: compare the first steps)
-        alone = run_csp(configs[s], progress=False)
+        alone = stack_support.reference_run(configs[s])
         assert len(together[s].history) == len(alone.history) == 3
         torch.testing.assert_close(
             torch.tensor(together[s].extra["step_grad_norms"][:3]),
@@ -320,3 +329,23 @@ def test_mixed_configs_are_rejected_and_baselines_run_one_by_one():
     for c, r in zip(configs, records, strict=True):
         assert_same_record(run_csp(c, progress=False), r)
         assert "seed_batched" not in r.extra
+
+
+def test_seeds_whose_data_differ_in_shape_train_as_stacks_of_one(monkeypatch):
+    """Seeds that cannot share one stack (here seed 1 has fewer test strings) each train
+    as a stack of one seed, as ``run_csp`` trains them."""
+    real = state_tracking.csp_setup
+
+    def shorter(cfg):
+        setup = real(cfg)
+        if cfg.seed == 1:
+            setup.tensors["x_test"] = setup.tensors["x_test"][:-1]
+            setup.tensors["y_test"] = setup.tensors["y_test"][:-1]
+        return setup
+
+    monkeypatch.setattr(state_tracking, "csp_setup", shorter)
+    configs = [tiny_run(s, epochs=2) for s in (0, 1)]
+    records = run_csp_stacked(configs)
+    assert [r.extra["seed_batched"] for r in records] == [1, 1]
+    for c, r in zip(configs, records, strict=True):
+        pd.testing.assert_frame_equal(r.history, run_csp(c, progress=False).history)

@@ -1,5 +1,6 @@
 """The state-tracking driver: its stop rule reads validation only, and the length study's
-seeds trained together equal its per-seed runs, as the CSP runs' do (test_csp_stacked)."""
+CSP runs (seeds stacked, or one seed alone) equal the reference model trained on a
+``Trainer``, as the CSP runs' do (test_csp_stacked)."""
 
 from __future__ import annotations
 
@@ -36,18 +37,27 @@ def tiny_length_run(seed: int, **changes) -> ls.LengthRun:
     return ls.LengthRun(**{**base, **changes})
 
 
-def test_each_seed_of_a_stacked_length_run_equals_its_own_run():
+def reference_length_run(cfg: ls.LengthRun):
+    """The readable reference: the length model trained on a ``Trainer``."""
+    return driver.run_alone(ls.length_setup(cfg), ls.length_record)
+
+
+@pytest.mark.parametrize("n_seeds", [1, 3])
+def test_each_seed_of_a_stacked_length_run_equals_its_reference_run(n_seeds):
     # float64, as the CSP test: float32 rounding grows about tenfold per step
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        configs = [tiny_length_run(s) for s in (0, 1, 2)]
-        alone = [ls.run_length(c) for c in configs]
-        together = ls.run_seeds(configs)
+        configs = [tiny_length_run(s) for s in range(n_seeds)]
+        alone = [reference_length_run(c) for c in configs]
+        if n_seeds == 1:
+            together = [ls.run_length(configs[0])]
+        else:
+            together = ls.run_seeds(configs)
     finally:
         torch.set_default_dtype(old)
     for a, b in zip(alone, together, strict=True):
-        assert a.key == b.key and a.status == b.status and b.extra["seed_batched"] == 3
+        assert a.key == b.key and a.status == b.status and b.extra["seed_batched"] == n_seeds
         assert list(a.history.columns) == list(b.history.columns)
         assert "val_seq_acc" in a.history  # the column the fit-stop reads
         pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-5, atol=1e-5)
@@ -55,23 +65,29 @@ def test_each_seed_of_a_stacked_length_run_equals_its_own_run():
             pd.DataFrame(a.extra["curve"]), pd.DataFrame(b.extra["curve"]), atol=1e-5, rtol=0
         )
         assert set(a.extra) == set(b.extra) - {"seed_batched"}
-    assert not alone[0].history.equals(alone[1].history)  # three seeds, three runs
+    if n_seeds > 1:
+        assert not alone[0].history.equals(alone[1].history)  # three seeds, three runs
 
 
-def test_seeds_that_draw_fresh_strings_train_one_at_a_time(monkeypatch):
-    """The variable protocol samples its batches: no stacked unit, each seed alone, and
-    the unit's checkpoint never reaches a per-seed run."""
-    calls = []
-    real = driver.run_alone
-    monkeypatch.setattr(
-        ls, "run_alone", lambda *a, **k: calls.append(k.get("checkpoint")) or real(*a, **k)
-    )
-    configs = [
-        tiny_length_run(s, protocol="variable", train_length=8, steps_per_epoch=2, epochs=1)
-        for s in (0, 1)
-    ]
-    records = ls.run_seeds(configs)
-    assert [r.config["seed"] for r in records] == [0, 1] and calls == [None, None]
-    assert all("seed_batched" not in r.extra for r in records)
+@pytest.mark.parametrize("n_seeds", [1, 2])
+def test_seeds_that_draw_fresh_strings_train_stacked_as_their_reference_runs(n_seeds):
+    """The variable protocol samples each seed's batches; stacked, each seed draws and
+    trains as its reference run does."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        configs = [
+            tiny_length_run(s, protocol="variable", train_length=8, steps_per_epoch=3, epochs=2)
+            for s in range(n_seeds)
+        ]
+        alone = [reference_length_run(c) for c in configs]
+        together = ls.run_seeds(configs)
+    finally:
+        torch.set_default_dtype(old)
+    assert [r.config["seed"] for r in together] == list(range(n_seeds))
+    for a, b in zip(alone, together, strict=True):
+        assert b.extra["seed_batched"] == n_seeds and len(b.history) == 2
+        pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-5, atol=1e-5)
+        assert a.extra["steps"] == b.extra["steps"] == 6
     with pytest.raises(ValueError, match="differ only in their seed"):
         ls.run_seeds([tiny_length_run(0), tiny_length_run(1, epochs=2)])

@@ -67,23 +67,24 @@ def kill_after_first_checkpoint(function: str, path: Path, module: str = "test_r
 
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path, monkeypatch):
+    """One CSP config trains as a stack of one seed, which takes its run's plan."""
     path = tmp_path / "run.ckpt"
     killed_at = kill_after_first_checkpoint("train_killed_config", path)["epoch"]
     assert 1 <= killed_at < KILLED.epochs
 
     resumed_from = []
-    resume = Trainer.resume
+    resume = StackedTrainer.resume
 
     def spy(self, *args):
         resumed_from.append(resume(self, *args))
         return resumed_from[-1]
 
-    monkeypatch.setattr(Trainer, "resume", spy)
+    monkeypatch.setattr(StackedTrainer, "resume", spy)
     history, norms = train_killed_config(str(path))
     assert resumed_from == [killed_at]
     assert not path.exists()  # a finished run deletes its checkpoint
 
-    monkeypatch.setattr(Trainer, "resume", resume)
+    monkeypatch.setattr(StackedTrainer, "resume", resume)
     reference, reference_norms = train_killed_config(None)
     assert len(history) == KILLED.epochs
     pd.testing.assert_frame_equal(history, reference, check_exact=True)
@@ -266,8 +267,8 @@ def test_interrupted_stacked_run_resumes_exactly(schedule, tmp_path):
 
 
 def test_a_plain_trainer_refuses_a_stacked_plan(tmp_path):
-    """A Trainer takes no plan of seeds trained together (nor a StackedTrainer a plan of
-    one run): a plan is for one kind of trainer, so it is never silently ignored."""
+    """A Trainer takes no plan of seeds trained together (nor a stack of several seeds a
+    plan of one run; a stack of one seed is one run): a plan is never silently ignored."""
     stacked = checkpoint_plan(tmp_path / "unit.ckpt", every=1, stacked=True)
     with pytest.raises(ValueError, match="seeds trained together"):
         Trainer(nn.Linear(5, 2), lambda m, a, b: m(a).sum(), checkpoint=stacked)

@@ -29,7 +29,7 @@ class CheckpointPlan:
 
     path: Path
     every: int = 1  # epochs (evaluations, for the attention recipe) between checkpoints
-    stacked: bool = False  # for a StackedTrainer (seeds trained together), not a Trainer
+    stacked: bool = False  # of several seeds trained together: a StackedTrainer's, no Trainer's
     heartbeat: Callable[[], None] | None = None  # called after each checkpoint is saved
 
     def save(self, state: dict[str, Any]) -> Path:
@@ -48,7 +48,7 @@ def checkpoint_plan(
 ) -> CheckpointPlan | None:
     """The plan to checkpoint to ``path`` every ``every`` epochs; None when ``path`` is
     None or ``every`` is 0. Only a ``StackedTrainer`` takes a ``stacked`` plan, so a unit
-    that falls back to one Trainer per seed never has every seed resume from one file."""
+    that falls back to one run per seed never has every seed resume from one file."""
     check_int("every", every, minimum=0)
     if not isinstance(stacked, bool):
         raise ValueError(f"stacked must be True or False, got {stacked!r}")
@@ -63,19 +63,19 @@ def trainer_plan(
     plan: CheckpointPlan | None,
     path: str | os.PathLike | None,
     every: int,
-    stacked: bool,
+    stacked: bool | None,
     trainer: str,
 ) -> CheckpointPlan | None:
     """A trainer's plan from its ``checkpoint_path``/``checkpoint_every`` or ``checkpoint``
-    arguments (not both); a plan of the other kind of trainer is refused."""
+    arguments (not both); a plan of the other kind (``stacked``; None: either) is refused."""
     if path is not None:
         if plan is not None:
             raise ValueError(f"{trainer} takes checkpoint_path or checkpoint, not both")
         check_int("checkpoint_every", every, minimum=1)
-        return CheckpointPlan(Path(path), every, stacked)
+        return CheckpointPlan(Path(path), every, bool(stacked))
     if plan is not None and not isinstance(plan, CheckpointPlan):
         raise ValueError(f"checkpoint must be a CheckpointPlan or None, got {plan!r}")
-    if plan is not None and plan.stacked != stacked:
+    if plan is not None and stacked is not None and plan.stacked != stacked:
         kind = "seeds trained together" if plan.stacked else "a single run"
         raise ValueError(f"{trainer} cannot take a checkpoint plan for {kind}")
     return plan

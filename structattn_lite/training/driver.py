@@ -2,12 +2,14 @@
 
 A study describes one config's run as a ``Setup`` and turns a trained run into its
 ``RunRecord``; the driver builds the rest in one place (the loss, the batch sampler, the
-evaluation and the stop rule) and trains one config on a ``Trainer`` (``run_alone``), or
-configs equal but for their seed on one ``StackedTrainer`` (``run_together``).
+evaluation and the stop rule). ``train_seeds`` trains one config, or configs equal but for
+their seed: a model with a stacked form on one ``StackedTrainer`` (seeds stacked, one seed
+included), any other on a ``Trainer`` (``run_alone``).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -69,8 +71,8 @@ class Setup:
 
 
 # record(setup, result, seconds, trained_model, **extra) -> RunRecord; ``trained_model()``
-# gives the seed's trained model (unstacked, on the CPU, for seeds trained together) and
-# ``extra`` is {"seed_batched": S} for seeds trained together.
+# gives the seed's trained model (unstacked, for a stacked run) and ``extra`` is
+# {"seed_batched": S} for a stacked run of S seeds (S = 1 included).
 Record = Callable[..., RunRecord]
 
 
@@ -87,7 +89,10 @@ def run_alone(
     device: str = "cpu",
     checkpoint: CheckpointPlan | None = None,
 ) -> RunRecord:
-    """Train one config on a ``Trainer`` from its seed; identical setups, identical runs."""
+    """Train one config on a ``Trainer`` from its seed; identical setups, identical runs.
+
+    ``train_seeds``' path for a model with no stacked form; for a CSP, its readable model
+    trained this way is the reference the stacked path is tested equal to."""
     cfg, bs = setup.cfg, setup.cfg.batch_size
     # Moved once: batches and evaluations index tensors already on the device.
     t = {k: None if v is None else v.to(device) for k, v in setup.tensors.items()}
@@ -139,35 +144,45 @@ def run_alone(
     return record(setup, result, time.perf_counter() - start, lambda: model)
 
 
-def run_together(
+def train_seeds(
     configs: Sequence,
     setup: Callable[[Any], Setup],
     record: Record,
-    alone: Callable[[Any], RunRecord],
     *,
+    callbacks: Sequence[Any] = (),
+    progress: bool = False,
     device: str = "cpu",
     checkpoint: CheckpointPlan | None = None,
     eval_chunk: int = 512,
 ) -> list[RunRecord]:
-    """Configs equal but for their seed trained together on one ``StackedTrainer``, each
-    seed as ``run_alone`` would train it. A unit whose model has no stacked form, whose
-    tensors differ in shape or that draws fresh batches trains one seed at a time with
-    ``alone(config)``, without the unit's (stacked) checkpoint.
+    """Train configs equal but for their seed (one config or several), one record each.
+
+    A model with a stacked form trains on one ``StackedTrainer``, each seed as ``run_alone``
+    would train it; that is its only training path, one seed included. A model without one
+    (the baselines) trains on a ``Trainer`` one seed at a time (``run_alone``), and seeds
+    whose tensors differ in shape train as stacks of one; either way only a lone config
+    takes the checkpoint (one file holds one unit).
     """
     configs = list(configs)
     if len({without_seed(c) for c in configs}) > 1:
         raise ValueError("seeds trained together need configs that differ only in their seed")
-    setups = [setup(c) for c in configs]
-    shapes = {
-        tuple((k, None if v is None else v.shape) for k, v in s.tensors.items()) for s in setups
-    }
-    can_stack = configs and len(shapes) == 1 and all(s.sample is None for s in setups)
-    stacked = stack_models([s.model for s in setups]) if can_stack else None
-    if stacked is None:
-        return [alone(c) for c in configs]
-    first, n_seeds = setups[0], len(setups)
+    if not configs:
+        return []
+    options = dict(callbacks=callbacks, progress=progress, device=device)
+    alone_plan = checkpoint if len(configs) == 1 else None
+    first = setup(configs[0])
+    if stack_models([first.model]) is None:  # each setup built just before its run trains
+        lazily = itertools.chain([first], (setup(c) for c in configs[1:]))
+        return [run_alone(s, record, checkpoint=alone_plan, **options) for s in lazily]
+    setups = [first, *(setup(c) for c in configs[1:])]
+    shapes = {tuple((k, getattr(v, "shape", None)) for k, v in s.tensors.items()) for s in setups}
+    if len(shapes) > 1:
+        return [
+            train_seeds([c], setup, record, **options, eval_chunk=eval_chunk)[0] for c in configs
+        ]
+    n_seeds = len(setups)
     cfg0, bs, last_only = first.cfg, first.cfg.batch_size, first.last_only
-    stacked = stacked.to(device)
+    stacked = stack_models([s.model for s in setups]).to(device)
     t = {
         k: None if v is None else torch.stack([s.tensors[k] for s in setups]).to(device)
         for k, v in first.tensors.items()
@@ -183,16 +198,23 @@ def run_together(
         def loss_fn(model, x, y):
             return loss(model(x), y)
 
-    x_train, y_train = t["x_train"], t["y_train"]
-    seeds = torch.arange(n_seeds, device=device)[:, None]
+    if first.sample is None:
+        x_train, y_train = t["x_train"], t["y_train"]
+        seeds = torch.arange(n_seeds, device=device)[:, None]
 
-    def batches(generators):
-        orders = torch.stack(
-            [torch.randperm(x_train.shape[1], generator=g) for g in generators]
-        ).to(device)
-        for i in range(0, orders.shape[1], bs):
-            idx = orders[:, i : i + bs]
-            yield x_train[seeds, idx], y_train[seeds, idx]
+        def batches(generators):
+            orders = torch.stack(
+                [torch.randperm(x_train.shape[1], generator=g) for g in generators]
+            ).to(device)
+            for i in range(0, orders.shape[1], bs):
+                idx = orders[:, i : i + bs]
+                yield x_train[seeds, idx], y_train[seeds, idx]
+    else:
+
+        def batches(generators):  # each seed's draw (on the CPU, seeded), stacked
+            draws = [s.sample(g) for s, g in zip(setups, generators, strict=True)]
+            for batch in zip(*draws, strict=True):
+                yield tuple(torch.stack(parts).to(device) for parts in zip(*batch, strict=True))
 
     def predict_seeds(model, x, y):
         """Predictions and targets per seed, at the last position only if only it is scored."""
@@ -210,12 +232,16 @@ def run_together(
             for i, s in enumerate(setups)
         ]
 
-    trainer = StackedTrainer(stacked, loss_fn, cfg0.optim, checkpoint=checkpoint)
-    generators = [torch.Generator().manual_seed(c.seed) for c in configs]
+    trainer = StackedTrainer(
+        stacked, loss_fn, cfg0.optim, callbacks=callbacks, progress=progress, checkpoint=checkpoint
+    )
+    generators = [torch.Generator().manual_seed(s.cfg.seed) for s in setups]
     start = time.perf_counter()
-    results = trainer.fit(cfg0.epochs, batches, evaluate, generators, stop_when=first.stop)
+    results = trainer.fit(
+        cfg0.epochs, batches, evaluate, generators, first.stop, [s.desc for s in setups]
+    )
     seconds = (time.perf_counter() - start) / n_seeds
     return [
-        record(s, r, seconds, lambda i=i: unstack_model(stacked, i).cpu(), seed_batched=n_seeds)
+        record(s, r, seconds, lambda i=i: unstack_model(stacked, i), seed_batched=n_seeds)
         for i, (s, r) in enumerate(zip(setups, results, strict=True))
     ]

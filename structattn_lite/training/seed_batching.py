@@ -3,9 +3,8 @@
 ``stack_models`` turns reference models of one config into one stacked model (every
 parameter with a leading seed axis: ``models.csp_stacked``, ``models.csp_authors_stacked``)
 and ``unstack_model`` takes a seed back out; the state-tracking driver
-(``training.driver.run_together``) trains such a model, and
-``state_tracking.run_csp_stacked`` is ``run_csp`` for seeds trained together. A model
-with no stacked form (the baselines) runs one seed at a time.
+(``training.driver.train_seeds``) trains every run of such a model this way, one seed
+included. A model with no stacked form (the baselines) runs one seed at a time.
 """
 
 from __future__ import annotations

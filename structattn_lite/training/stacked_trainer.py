@@ -1,9 +1,10 @@
 """A trainer for stacked models: S seeds in one module, each trained as ``Trainer`` would.
 
 Each seed keeps its own batch order, Adam state, lr schedule, clipping, NaN/Inf guard
-(a diverged seed stops updating, the others go on) and stop rule. The loss is the *sum*
-of the per-seed mean losses, so seed s's parameters get exactly seed s's gradient; Adam
-is elementwise, so one Adam over the stacked tensors is S Adams (``StackedAdam``).
+(a diverged seed stops updating, the others go on), stop rule and callbacks' calls. The
+loss is the *sum* of the per-seed mean losses, so seed s's parameters get exactly seed s's
+gradient; Adam is elementwise, so one Adam over the stacked tensors is S Adams
+(``StackedAdam``). Every CSP run trains here, one seed included.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pandas as pd
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from structattn_lite.training.checkpoint import (
     CheckpointPlan,
@@ -139,6 +141,9 @@ class StackedTrainer:
     """``Trainer`` for a stacked model: ``loss_fn(model, x, y)`` returns the per-seed losses
     [S], ``batches(generators)`` an epoch's stacked batches from one generator per seed,
     ``evaluate(model)`` one metrics dict per seed; ``fit`` one ``TrainResult`` per seed.
+    Callbacks are called as a ``Trainer`` calls them, once per seed still training, with
+    ``run_name`` naming that seed. A stack of several seeds takes only a checkpoint plan
+    of seeds trained together; a stack of one takes either kind.
     """
 
     def __init__(
@@ -149,17 +154,21 @@ class StackedTrainer:
         checkpoint_path: str | os.PathLike | None = None,
         checkpoint_every: int = 1,
         checkpoint: CheckpointPlan | None = None,
+        callbacks: Sequence[Any] = (),
+        progress: bool = False,
     ):
         self.model, self.loss_fn = model, loss_fn
         self.optim = optim or OptimConfig()
+        self.callbacks, self.progress = callbacks, progress
         self.n_seeds = model.n_seeds
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.adam = StackedAdam(
             self.params, self.optim.lr, self.n_seeds, weight_decay=self.optim.weight_decay
         )
         self.active = torch.ones(self.n_seeds, dtype=torch.bool)
+        kind = True if self.n_seeds > 1 else None  # None: either kind
         self.plan = trainer_plan(
-            checkpoint, checkpoint_path, checkpoint_every, True, "StackedTrainer"
+            checkpoint, checkpoint_path, checkpoint_every, kind, "StackedTrainer"
         )
         self.epoch = 0
         self.rows: list[list[dict]] = [[] for _ in range(self.n_seeds)]
@@ -167,6 +176,7 @@ class StackedTrainer:
         self.status: list[str] = ["ok"] * self.n_seeds
         self.reason: list[str | None] = [None] * self.n_seeds
         self.schedules: list[tuple] = []  # (dummy optimizer, scheduler) per seed, from fit
+        self.names = [f"seed {i}" for i in range(self.n_seeds)]  # callbacks' run_name, from fit
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[list[float], list[float]]:
         self.model.train()
@@ -235,16 +245,31 @@ class StackedTrainer:
         evaluate: Callable[[nn.Module], list[dict[str, float]]],
         generators: list[torch.Generator],
         stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
+        names: Sequence[str] | None = None,
     ) -> list[TrainResult]:
+        """Train every seed ``epochs`` rounds (fewer once it stops); ``names``: each seed's
+        run name (the progress bar's and callbacks')."""
         k = self.n_seeds
+        self.names = list(names) if names is not None else self.names
         self.schedules = [_scheduler(self.optim, epochs) for _ in range(k)]
         resumed_from = self.resume(generators, epochs) if self.plan else 0
+        desc = self.names[0] if k == 1 else f"{self.names[0]} +{k - 1} seeds"
+        bar = tqdm(
+            total=epochs, initial=self.epoch, desc=desc, disable=not self.progress, leave=False
+        )
         while self.epoch < epochs and self.active.any():
             self.epoch += 1
-            self._epoch(batches, evaluate, generators, stop_when)
+            logged = self._epoch(batches, evaluate, generators, stop_when)
             plan = self.plan
             if plan and self.active.any() and self.epoch < epochs and self.epoch % plan.every == 0:
                 plan.save(self.state(generators, epochs))
+            for i in logged:
+                self._callback("on_epoch_end", i, self.rows[i][-1])
+            bar.update(1)
+            shown = [self.rows[i][-1] for i in logged]
+            bar.set_postfix({c: f"{sum(r[c] for r in shown) / len(shown):.3g}"
+                             for c in ("train_loss", "test_acc") if shown and c in shown[0]})  # fmt: skip
+        bar.close()
         if self.plan:
             self.plan.path.unlink(missing_ok=True)  # the run is over: its records say the rest
         return [
@@ -258,8 +283,14 @@ class StackedTrainer:
             for i in range(k)
         ]
 
-    def _epoch(self, batches, evaluate, generators, stop_when) -> None:
-        """One epoch of every seed still active: its steps, then its row and schedule."""
+    def _callback(self, hook: str, seed: int, *args) -> None:
+        self.run_name = self.names[seed]
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
+
+    def _epoch(self, batches, evaluate, generators, stop_when) -> list[int]:
+        """One epoch of every seed still active: its steps, then its row and schedule; the
+        seeds that logged a row."""
         k, epoch = self.n_seeds, self.epoch
         losses: list[list[float]] = [[] for _ in range(k)]
         norms: list[list[float]] = [[] for _ in range(k)]
@@ -270,6 +301,7 @@ class StackedTrainer:
                 losses[i].append(loss[i])
                 norms[i].append(norm[i])
                 self.step_norms[i].append(norm[i])
+                self._callback("on_batch_end", i, loss[i], norm[i])
                 if not (math.isfinite(loss[i]) and math.isfinite(norm[i])):
                     what = "loss" if not math.isfinite(loss[i]) else "gradient norm"
                     self.status[i] = "diverged"
@@ -278,9 +310,10 @@ class StackedTrainer:
                     )
                     self.active[i] = False
             if not self.active.any():
-                return
+                return []
         metrics = evaluate(self.model)
-        for i in (i for i in range(k) if self.active[i]):
+        logged = [i for i in range(k) if self.active[i]]
+        for i in logged:
             dummy, scheduler = self.schedules[i]
             train_loss = sum(losses[i]) / len(losses[i])
             self.rows[i].append(
@@ -301,3 +334,4 @@ class StackedTrainer:
             if stop_when is not None and stop_when(self.rows[i]):
                 self.status[i], self.reason[i] = "early_stop", f"stop rule met at epoch {epoch}"
                 self.active[i] = False
+        return logged

@@ -4,7 +4,7 @@
 ``run_csp(config)`` builds the data split and the model from it (``csp_setup``), trains
 it through the state-tracking driver (``training.driver``) and returns a ``RunRecord``
 (``csp_record``). The grokking and ablation studies both run these, one seed at a time
-or seeds together (``seed_batching.run_csp_stacked``).
+or seeds together (``run_csp_stacked``); a CSP trains seed-stacked either way.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from structattn_lite.data.splits import StateTrackingData, make_dataset
 from structattn_lite.data.tasks import LABELS, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
-from structattn_lite.training.driver import Setup, ValidationStop, run_alone, run_together
+from structattn_lite.training.driver import Setup, ValidationStop, train_seeds
 from structattn_lite.training.losses import LOSSES
 from structattn_lite.training.metrics import scores
 from structattn_lite.training.trainer import OptimConfig
@@ -158,35 +158,30 @@ def run_csp(
 ) -> RunRecord:
     """Train one config from its seed; the history is identical for identical configs.
 
+    ``run_csp_stacked`` of the one config: a CSP trains as a stack of one seed.
     ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) makes the run checkpoint
     and resume from a checkpoint it finds."""
-    return run_alone(
-        csp_setup(cfg),
-        csp_record,
-        callbacks=callbacks,
-        progress=progress,
-        device=device,
-        checkpoint=checkpoint,
-    )
+    options = dict(callbacks=callbacks, progress=progress, device=device, checkpoint=checkpoint)
+    return run_csp_stacked([cfg], **options)[0]
 
 
 def run_csp_stacked(
-    configs: Sequence, progress: bool = False, device: str = "cpu", checkpoint=None
+    configs: Sequence, callbacks=(), progress: bool = False, device: str = "cpu", checkpoint=None
 ) -> list:
-    """``run_csp`` for configs equal but for their seed, trained together; one record each.
+    """Configs equal but for their seed trained together (``driver.train_seeds``); one record
+    each, keyed as its config alone would be, plus ``seed_batched`` (seeds in the stack).
 
-    Records are keyed and filled as ``run_csp`` keys and fills them (plus ``seed_batched``,
-    the number of seeds trained together), so a ``RunStore`` serves either path's records.
-    A model with no stacked form (the baselines) runs one seed at a time through ``run_csp``.
-    ``checkpoint``, a ``stacked=True`` plan, checkpoints the stacked unit; seeds run one at
-    a time do not checkpoint (one file cannot hold several runs).
+    A model with no stacked form (the baselines) trains one seed at a time on a ``Trainer``.
+    ``checkpoint``: a ``stacked=True`` plan checkpoints a stack of several seeds; seeds run
+    one at a time do not checkpoint (one file cannot hold several runs).
     """
     configs = list(configs)
-    return run_together(
+    return train_seeds(
         configs,
         csp_setup,
         csp_record,
-        lambda c: run_csp(c, progress=progress, device=device),
+        callbacks=callbacks,
+        progress=progress,
         device=device,
         checkpoint=checkpoint,
         eval_chunk=max(64, 256 // max(len(configs), 1)),  # rows per seed and pass (measured best)

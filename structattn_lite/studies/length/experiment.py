@@ -34,7 +34,7 @@ from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
 from structattn_lite.studies.length import results
 from structattn_lite.studies.length.grids import GRIDS, LENGTH_MODELS, MODEL_SIZES, PROTOCOLS
-from structattn_lite.training.driver import Setup, ValidationStop, run_alone, run_together
+from structattn_lite.training.driver import Setup, ValidationStop, train_seeds
 from structattn_lite.training.losses import LOSSES
 from structattn_lite.training.metrics import accuracy, length_scores, predict, scores
 from structattn_lite.training.trainer import OptimConfig
@@ -242,15 +242,10 @@ def length_record(setup: Setup, result, seconds: float, trained_model, **extra) 
 def run_length(
     cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu", checkpoint=None
 ) -> RunRecord:
-    """Train one model under one protocol, then score it at every length."""
-    return run_alone(
-        length_setup(cfg),
-        length_record,
-        callbacks=callbacks,
-        progress=progress,
-        device=device,
-        checkpoint=checkpoint,
-    )
+    """Train one model under one protocol, then score it at every length (``train_seeds`` of
+    the one config: a CSP trains as a stack of one seed)."""
+    options = dict(callbacks=callbacks, progress=progress, device=device, checkpoint=checkpoint)
+    return train_seeds([cfg], length_setup, length_record, **options)[0]
 
 
 def _first_pass(spec: dict) -> list[LengthRun]:
@@ -315,17 +310,7 @@ def run_seeds(
     configs: list[LengthRun], progress: bool = False, device: str = "cpu", checkpoint=None
 ):
     """``run_length`` for configs equal but for their seed, trained together as one stacked
-    model (``training.driver.run_together``); one record per seed, as ``run_length`` makes
-    it, plus ``seed_batched``.
-
-    Only the fixed protocol with a model that has a stacked form is stacked; anything else
-    runs one seed at a time.
-    """
-    return run_together(
-        configs,
-        length_setup,
-        length_record,
-        lambda c: run_length(c, progress=progress, device=device),
-        device=device,
-        checkpoint=checkpoint,
-    )
+    model (``training.driver.train_seeds``); one record per seed, as ``run_length`` makes
+    it, plus ``seed_batched``. A model with no stacked form runs one seed at a time."""
+    options = dict(progress=progress, device=device, checkpoint=checkpoint)
+    return train_seeds(configs, length_setup, length_record, **options)
