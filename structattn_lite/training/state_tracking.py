@@ -25,6 +25,7 @@ from structattn_lite.training.metrics import scores
 from structattn_lite.training.trainer import OptimConfig
 
 EXPERIMENT = "csp"
+EVAL_CHUNK = 256  # evaluation rows per pass, shared by the seeds of a stack (measured best)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def run_csp(
     ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) makes the run checkpoint
     and resume from a checkpoint it finds."""
     options = dict(callbacks=callbacks, progress=progress, device=device, checkpoint=checkpoint)
-    return run_csp_stacked([cfg], **options)[0]
+    return train_seeds([cfg], csp_setup, csp_record, eval_chunk=EVAL_CHUNK, **options)[0]
 
 
 def run_csp_stacked(
@@ -184,5 +185,5 @@ def run_csp_stacked(
         progress=progress,
         device=device,
         checkpoint=checkpoint,
-        eval_chunk=max(64, 256 // max(len(configs), 1)),  # rows per seed and pass (measured best)
+        eval_chunk=max(64, EVAL_CHUNK // max(len(configs), 1)),
     )
