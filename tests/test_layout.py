@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "structattn_lite"
@@ -87,3 +88,27 @@ def test_the_briefs_public_names_are_there():
     assert callable(models.build_model) and callable(data.char_ptb)
     for name in ("incidence_matrix", "metric_matrix", "is_totally_unimodular", "tu_violation"):
         assert callable(getattr(theory, name)), name
+
+
+def test_the_command_line_reaches_a_training_step_in_at_most_twelve_calls(tmp_path, monkeypatch):
+    """Issue 25's path target, read off the stack at the first training step of
+    ``structattn run grokking`` (package frames only)."""
+    import traceback
+
+    from structattn_lite import cli
+    from structattn_lite.training.stacked_trainer import StackedTrainer
+
+    class Reached(BaseException):  # past the sweep's guard, which records an Exception
+        pass
+
+    def train_step(self, *args):
+        frames = [f.name for f in traceback.extract_stack() if "structattn_lite" in f.filename]
+        raise Reached([*frames, "train_step"])
+
+    monkeypatch.setenv("STRUCTATTN_RUNS", str(tmp_path))
+    monkeypatch.setattr(StackedTrainer, "train_step", train_step)
+    with pytest.raises(Reached) as reached:
+        cli.main(["run", "grokking", "--profile", "smoke"])
+    path = reached.value.args[0]
+    assert path[0] == "main" and path[-3:] == ["fit", "_epoch", "train_step"]
+    assert len(path) <= 12, " -> ".join(path)
