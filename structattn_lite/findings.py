@@ -1,8 +1,8 @@
-"""The README's "What we found": the verdicts counted by source, the claims ledger, three
+"""The README's "What we found": the verdicts counted by source, the claims ledger, four
 figures.
 
 Everything here is rendered from ``data/results`` through ``claims.ledger()``.
-``structattn findings --write`` rewrites ``data/results/claims.csv``, the three figures
+``structattn findings --write`` rewrites ``data/results/claims.csv``, the four figures
 (``figures/findings_*.png``) and the README section between its markers; tests fail when
 any of them differs from what the committed records give.
 """
@@ -98,9 +98,9 @@ def attention_figure(table: pd.DataFrame):
         rows = rows.iloc[::-1]
         y = list(range(len(rows)))
         if title.startswith("not worse"):
-            ax.axvspan(-stats.BPC_MARGIN, 1, color="#dddddd", label="the claim's side")
+            ax.axvspan(-stats.BPC_MARGIN, 1, color="#dddddd")
         else:
-            ax.axvspan(-1, 0, color="#dddddd", label="the claim's side")
+            ax.axvspan(-1, 0, color="#dddddd")
         ax.axvline(0, color="#555555", lw=0.6)
         for yy, (_, r) in zip(y, rows.iterrows(), strict=True):
             if pd.isna(r["low"]):
@@ -205,7 +205,7 @@ def readme_section(text: str | None = None) -> str:
 
 
 def write_figures(out: Path | None = None) -> list[Path]:
-    """Render the three figures into ``out`` (default ``figures/``), PNG only."""
+    """Render the four figures into ``out`` (default ``figures/``), PNG only."""
     drawn = {"findings_ledger": lambda: ledger_figure(claims.ledger()),
              "findings_attention": lambda: attention_figure(claims.ledger()),
              "findings_grokking": grokking_figure, "findings_length": length_figure}  # fmt: skip
@@ -218,7 +218,7 @@ def write_figures(out: Path | None = None) -> list[Path]:
 
 
 def write_readme() -> None:
-    """Rewrite claims.csv, the three figures and the README section."""
+    """Rewrite claims.csv, the four figures and the README section."""
     claims.write()
     write_figures()
     path = repo_root() / "README.md"
