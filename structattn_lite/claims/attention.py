@@ -83,8 +83,9 @@ def low_parameters() -> list[dict]:
             f"attention/low_parameters{suffix}", f"{m}'s edge over {base} is larger at "
             "d_model 32 than at 64", samples, names, "at d 32", **fields))  # fmt: skip
     for base in ("dense", "dot"):
-        names = [(m, "1%"), (base, "1%"), (m, "100%"), (base, "100%")]
-        samples = [cells.get((32, v, int(at[:-1]) / 100), []) for v, at in names]
+        cells_read = [(m, 0.01), (base, 0.01), (m, 1.0), (base, 1.0)]
+        samples = [cells.get((32, v, fraction), []) for v, fraction in cells_read]
+        names = [(v, f"{fraction:.0%}") for v, fraction in cells_read]
         rows.append(_interaction_row(
             f"attention/low_data/d32/{base}", f"at d_model 32, trained to the early stop, "
             f"{m}'s edge over {base} is larger with 1% of the text than with all of it",
