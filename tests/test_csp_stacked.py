@@ -14,7 +14,12 @@ from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
 from structattn_lite.models.csp_stacked import StackedCSP, _pairs
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss
-from structattn_lite.training.stacked_trainer import StackedAdam, per_seed_grad_norm, per_seed_loss
+from structattn_lite.training.stacked_trainer import (
+    per_seed_grad_norm,
+    per_seed_loss,
+    step_seeds,
+    unit_adam,
+)
 from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
 from structattn_lite.training.trainer import OptimConfig
 
@@ -209,14 +214,17 @@ def test_per_seed_losses_equal_the_single_seed_loss(name):
 
 def test_stacked_adam_and_clipping_equal_torch_per_seed():
     g = torch.Generator().manual_seed(0)
-    params = [torch.randn(3, 4, 5, generator=g), torch.randn(3, 7, generator=g)]
+    params = [
+        torch.randn(3, 4, 5, generator=g).requires_grad_(),
+        torch.randn(3, 7, generator=g).requires_grad_(),
+    ]
     lrs, wd = (1e-3, 5e-3, 2e-2), 1e-2
-    singles = [[p[s].clone().requires_grad_() for p in params] for s in range(3)]
+    singles = [[p[s].detach().clone().requires_grad_() for p in params] for s in range(3)]
     opts = [
         torch.optim.Adam(ps, lr=lr, weight_decay=wd) for ps, lr in zip(singles, lrs, strict=True)
     ]
-    adam = StackedAdam(params, 1e-3, 3, weight_decay=wd)
-    adam.lr[:] = torch.tensor(lrs, dtype=torch.float64)
+    adam = unit_adam(params, weight_decay=wd)
+    initial = [p.detach().clone() for p in params]
     update = torch.tensor([True, True, False])  # seed 2 is frozen (stopped or diverged)
     for _ in range(4):
         grads = [torch.randn(p.shape, generator=g) * 3 for p in params]
@@ -229,11 +237,14 @@ def test_stacked_adam_and_clipping_equal_torch_per_seed():
             expected = torch.nn.utils.clip_grad_norm_(singles[s], 1.0)
             torch.testing.assert_close(norms[s], expected)
             opts[s].step()
-        adam.step([gr * coef.view(-1, *[1] * (gr.dim() - 1)) for gr in grads], update)
+        for p, gr in zip(params, grads, strict=True):
+            p.grad = gr * coef.view(-1, *[1] * (gr.dim() - 1))
+        step_seeds(adam, torch.tensor(lrs, dtype=torch.float64), update)
     for s in range(2):
         for p, single in zip(params, singles[s], strict=True):
-            torch.testing.assert_close(p[s], single.detach(), rtol=1e-6, atol=1e-7)
-    assert torch.isfinite(params[0]).all()  # seed 2 kept its values
+            torch.testing.assert_close(p[s].detach(), single.detach(), rtol=1e-6, atol=1e-7)
+    for p, before in zip(params, initial, strict=True):  # seed 2 kept its values exactly
+        assert torch.equal(p[2].detach(), before[2])
 
 
 # --- stacked training runs equal single-seed runs --------------------------------------
