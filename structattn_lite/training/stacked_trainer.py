@@ -127,7 +127,10 @@ class StackedTrainer:
         self.n_seeds = model.n_seeds
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.adam = unit_adam(self.params, self.optim.weight_decay)
-        self.lrs = torch.full((self.n_seeds,), float(self.optim.lr), dtype=torch.float64)
+        device = self.params[0].device
+        self.lrs = torch.full(
+            (self.n_seeds,), float(self.optim.lr), dtype=torch.float64, device=device
+        )
         self.active = torch.ones(self.n_seeds, dtype=torch.bool)
         kind = True if self.n_seeds > 1 else None  # None: either kind
         self.plan = trainer_plan(
@@ -155,7 +158,7 @@ class StackedTrainer:
         stats = torch.stack([losses.detach().double(), norms.detach().double()]).cpu()
         update = (self.active & stats.isfinite().all(0)).to(norms.device)
         if bool(update.any()):
-            step_seeds(self.adam, self.lrs.to(norms.device), update)
+            step_seeds(self.adam, self.lrs, update)
         loss_values, norm_values = stats.tolist()
         return loss_values, norm_values
 
