@@ -122,12 +122,12 @@ def test_the_edge_check_tunes_past_the_sweep_and_never_enters_the_choice(monkeyp
     assert "past the edge (check)" not in tuning_table(runs)  # every rate is the sweep
 
 
-def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files(tmp_path):
+def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files():
     # No tuning of its own: the committed grid's validation runs choose its rates, so a
     # store holding them yields the long grid's final runs at those rates, test read once.
     assert st.tuning_grid("long") == st.tuning_grid("committed")
-    store = RunStore(tmp_path)
-    assert st.grid("long", store=store) == st.tuning_grid("committed")  # nothing tuned yet
+    # nothing tuned yet (a store with no committed run to restore)
+    assert st.grid("long", store=_Store({})) == st.tuning_grid("committed")
     lrs = {st.variant_key(c): 1e-3 * (i + 1) for i, c in enumerate(st.tuning_grid("committed"))}
     final = st.final_grid("long", lrs)
     spec = grids.GRIDS["long"]
@@ -229,7 +229,10 @@ def test_the_sweep_history_sets_each_committed_grids_two_sweeps_side_by_side():
     assert steps == {g: grids.GRIDS[g]["recipe"]["max_steps"] for g in grids.FIRST_SWEEP_CSV}
     assert set(history["first sweep: rate"]) == {"0.006"}
     long = history.loc["long"].reset_index("steps", drop=True)  # every variant of both
-    assert set(long.index) == set(tables.main_finals(tables.load_summary("long"))["variant"])
+    variants = [
+        set(tables.main_finals(tables.load_summary("long", s))["variant"]) for s in grids.SWEEPS
+    ]
+    assert set(long.index) == set.intersection(*variants)
 
 
 def test_best_known_keeps_each_variant_at_its_better_rate_on_validation():
@@ -373,18 +376,19 @@ def test_the_low_parameter_finals_ran_at_the_rate_the_shown_sweep_is_lowest_at()
     assert (chosen["seeds"] == len(grids.GRIDS["lowparam"]["tune_seeds"])).all()
 
 
-def test_a_new_store_gets_the_committed_low_parameter_runs_and_exports_them_unchanged(
-    tmp_path, monkeypatch
+@pytest.mark.parametrize("name", st.GROWN_ACROSS_SESSIONS)
+def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
+    name, tmp_path, monkeypatch
 ):
-    committed = tables.load_committed_histories("lowparam")
-    files = [tmp_path / "results" / name for name in grids.COMMITTED_CSV["lowparam"]]
+    committed = tables.load_committed_histories(name)
+    files = [tmp_path / "results" / f for f in grids.COMMITTED_CSV[name]]
     for path in files:
         path.parent.mkdir(exist_ok=True)
         shutil.copy(st.cfgmod.results_dir() / path.name, path)
     monkeypatch.setattr(st.cfgmod, "results_dir", lambda: tmp_path / "results")
     monkeypatch.setattr(st, "resolve_dataset", lambda root=None: "ptb")  # as committed
     store = RunStore(tmp_path / "runs")
-    configs = st.grid("lowparam", store=store)  # restores, then reads the store
+    configs = st.grid(name, store=store)  # restores, then reads the store
     cached = {r.key: r for c in configs if (r := store.load("attention", c)) is not None}
     assert set(cached) == {r.key for r in committed}  # every committed run, none retrained
     tuned = [r for r in cached.values() if not r.config["read_test"]]
@@ -392,5 +396,5 @@ def test_a_new_store_gets_the_committed_low_parameter_runs_and_exports_them_unch
         [r for r in committed if not r.config["read_test"]]
     )
     before = [path.read_bytes() for path in files]
-    st.export(list(cached.values()), grid="lowparam")  # restored runs keep their rows
+    st.export(list(cached.values()), grid=name)  # restored runs keep their rows
     assert [path.read_bytes() for path in files] == before

@@ -361,7 +361,7 @@ def final_grid(name: str, lrs: dict[str, float], keys=None) -> list[Config]:
 
 # Grids whose committed files grow over sessions: an export replaces the runs it holds
 # and keeps the others (the low-parameter arm is more than one session's cores).
-GROWN_ACROSS_SESSIONS = ("lowparam",)
+GROWN_ACROSS_SESSIONS = ("lowparam", "long")
 RESTORED = "restored_from"  # extra of a record rebuilt from a committed file
 
 

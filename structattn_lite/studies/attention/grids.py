@@ -93,10 +93,12 @@ GRIDS: dict[str, dict[str, Any]] = {
     # validation (``rates_from``). Committed twice: at the first sweep's choice (all three
     # at 0.006, 3 seeds; ``FIRST_SWEEP_CSV``) and at the widened sweep's (as many seeds as
     # one session's cores finished; the captions count them), so the two also say whether
-    # a rate chosen over 600 steps still serves at 8,000.
+    # a rate chosen over 600 steps still serves at 8,000. Dense (shared and separate q/k)
+    # joined last (issue 26), so "equal or better than dense" gets a long-budget answer.
     "long": {
         "seeds": (0, 1, 2), "rates_from": "committed", "fractions": (), "bf16": (), "digits": (),
-        "main": (("dot", None, True), ("matroidal", 2, False), ("matroidal", 2, True)),
+        "main": (("dot", None, True), ("matroidal", 2, False), ("matroidal", 2, True),
+                 ("dense", None, True), ("dense", None, False)),
         "model": _LM, "recipe": {"max_steps": 8000, "warmup_steps": 200, "eval_every": 500},
         "evals": (256, 2000), "prune_finetune_steps": 50,
     },
