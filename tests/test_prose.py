@@ -75,7 +75,8 @@ def test_every_claim_the_ledger_owes_has_its_row():
     owed |= {f"attention/{row}" for row in (
         "not_worse/shared", "not_worse/sep", "smoother/shared", "smoother/sep",
         "fewer_parameters", "stable/nonfinite", "stable/bfloat16", "low_data/dense",
-        "low_data/dot", "low_parameters", "best_m", "pruning", "digits")}  # fmt: skip
+        "low_data/dot", "low_parameters", "long/not_worse/shared", "long/not_worse/sep",
+        "best_m", "pruning", "digits")}  # fmt: skip
     assert owed <= ids, sorted(owed - ids)
     assert set(claims.ledger()["verdict"]) <= set(stats.VERDICTS)
 

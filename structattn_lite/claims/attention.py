@@ -95,6 +95,35 @@ def low_parameters() -> list[dict]:
     return rows
 
 
+LONG_PROTOCOL = (
+    "2-layer, 8-head Transformer, d_model 128, character PTB, context 128, batch 32, "
+    "8,000 steps; each variant at the rate the committed grid chose (600 steps of one "
+    "seed, not at this budget), 3 seeds; validation bpc"
+)
+
+
+def long_budget() -> list[dict]:
+    """"Equal or better than dense" at eight times the committed budget, from the ``long``
+    grid: matroidal m=2d against dense with the same q/k sharing, on validation bpc."""
+    runs = read("attention_long_runs.csv")
+    if runs is None:
+        return []
+    finals = runs[~runs["tuning"].astype(bool) & (runs["part"] == "main")].sort_values("seed")
+    bpc, rows = stats.BPC_MARGIN, []
+    for ident, suffix in (("shared", ""), ("sep", " (sep q/k)")):
+        mat, dense = "matroidal m=2d" + suffix, "dense" + suffix
+        a, b = (finals.loc[finals["variant"] == v, "val_bpc"].tolist() for v in (dense, mat))
+        rows.append(_attention_row(
+            f"attention/long/not_worse/{ident}", f"after 8,000 steps, {mat}: validation bpc "
+            f"equal to or better than {dense} (within {bpc})", stats.difference(
+                a, b, margin=bpc, claim="not_worse"),
+            f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
+            {dense: a, mat: b}, seeds=min(len(a), len(b)), protocol=LONG_PROTOCOL,
+            grid="long (attention)", notebook="02, at a longer budget",
+            command="structattn run attention --grid long"))  # fmt: skip
+    return rows
+
+
 SMOOTHER_GROUPS = {"total": "all parameters", "layer0": "layer 0", "layer1": "layer 1",
                    "metric": "the metric's parameters"}  # fmt: skip
 
@@ -182,6 +211,7 @@ def attention() -> list[dict]:
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
             (base, "100%")], "at 1%", protocol=ATTENTION_PROTOCOL + "; 1% and 100% of the "
             "text", notebook="02, low data"))  # fmt: skip
+    rows += long_budget()
     rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}
     best, runner = sorted(sizes, key=lambda k: sum(sizes[k]) / max(len(sizes[k]), 1))[:2]
