@@ -276,6 +276,9 @@ def keep_committed_rows(
     ids = lambda f: f[run_id].astype(str).agg("|".join, axis=1)  # noqa: E731
     if Path(path).exists():
         old = pd.read_csv(path)
+        if missing := [c for c in run_id if c not in old]:
+            raise ValueError(f"{path} has no {', '.join(missing)} column to tell its runs "
+                             "apart; re-key it before exporting into it")  # fmt: skip
         frame = pd.concat([old[~ids(old).isin(set(ids(frame)))], frame], ignore_index=True)
     rank = {"|".join(map(str, run)): i for i, run in enumerate(order)}
     return frame.iloc[ids(frame).map(rank).fillna(len(rank)).argsort(kind="stable")]

@@ -398,3 +398,8 @@ def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
     before = [path.read_bytes() for path in files]
     st.export(list(cached.values()), grid=name)  # restored runs keep their rows
     assert [path.read_bytes() for path in files] == before
+    new = st.run(st.with_recipe(st.Config(kind="dot", **TINY), lr=1e-3), progress=False)
+    st.export([new], grid=name)  # a later session's run joins the committed ones
+    summary = pd.read_csv(files[0])
+    assert set(summary["key"]) == {r.key for r in committed} | {new.key}
+    assert len(summary) == len(committed) + 1
