@@ -45,8 +45,9 @@ def plot_learning_curves(
         fig.subplots().text(0.5, 0.5, "no finished runs", ha="center")
         return fig
     variants = list(dict.fromkeys(frame["variant"]))
-    cols = min(4, len(variants) + 1)
-    rows = -(-(len(variants) + 1) // cols)
+    panels = len(variants) + 1
+    rows = -(-panels // 4)  # at most 4 a row, and the rows as evenly filled as they go
+    cols = -(-panels // rows)
     fig = Figure(figsize=figure_size(2, height=2.2 * rows), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True)).ravel()
     means = frame.groupby(["variant", "step"])[metric].mean()
@@ -82,8 +83,10 @@ def plot_learning_curves(
         # beside the figure, not over the curves: the gaps move from panel to panel
         fig.legend(*diff_ax.get_legend_handles_labels(), loc="outside lower center",
                    ncols=3, fontsize=7, title="each minus dot product:", title_fontsize=7)  # fmt: skip
-    for ax in axes[len(variants) + 1 :]:
+    for ax in axes[panels:]:
         ax.set_axis_off()
+    for ax in axes[max(0, panels - cols) : (rows - 1) * cols]:  # nothing below to show the steps
+        ax.tick_params(labelbottom=True)
     return fig
 
 
