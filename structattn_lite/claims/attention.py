@@ -103,8 +103,8 @@ LONG_PROTOCOL = (
 
 
 def long_budget() -> list[dict]:
-    """"Equal or better than dense" at eight times the committed budget, from the ``long``
-    grid: matroidal m=2d against dense with the same q/k sharing, on validation bpc."""
+    """At eight times the committed budget (the ``long`` grid), "equal or better than
+    dense": matroidal m=2d against dense with the same q/k sharing, on validation bpc."""
     runs = read("attention_long_runs.csv")
     if runs is None:
         return []
