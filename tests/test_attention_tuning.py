@@ -308,6 +308,21 @@ def test_the_low_parameter_arm_fits_m_2d_and_tunes_at_its_own_budget():
     }
 
 
+def test_the_paper_grid_chooses_its_rates_at_its_own_budget_over_three_seeds():
+    spec = grids.GRIDS["paper"]
+    tuning = st.tuning_grid("paper")
+    final = st.final_grid("paper", {st.variant_key(c): 1e-3 for c in tuning})
+    for dataset in ("ptb", "digits"):  # only the seed, the rate and read_test differ
+        recipes = [{dataclasses.replace(c.recipe, lr=1.0) for c in configs
+                    if c.dataset == dataset and grids.part(c) in ("main", "digits")}
+                   for configs in (tuning, final)]  # fmt: skip
+        assert recipes[0] == recipes[1] and len(recipes[0]) == 1
+    assert spec["widen_edges"] and len(spec["tune_seeds"]) >= 3
+    keys = {st.variant_key(c) for c in tuning}
+    assert len(tuning) == len(keys) * len(spec["lrs"]) * len(spec["tune_seeds"])
+    assert not any(c.read_test for c in tuning)
+
+
 class _Store:
     """A run store holding made-up tuning records: best validation bpc by (key, lr)."""
 
