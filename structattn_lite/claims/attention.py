@@ -44,6 +44,22 @@ def _interaction_row(ident, words, samples, names, where, **fields) -> dict:
                command=fields.pop("command", ATTENTION_COMMAND), **fields)  # fmt: skip
 
 
+def _not_worse_than_dense(ident, where, split, bpc_of, **fields) -> list[dict]:
+    """Rows for "matroidal m=2d is equal to or better than dense with the same q/k sharing
+    (within the bpc margin)", shared q/k then separate; ``bpc_of(variant)`` gives the
+    per-seed bpc on ``split`` in seed order."""
+    bpc, rows = stats.BPC_MARGIN, []
+    for qk, suffix in (("shared", ""), ("sep", " (sep q/k)")):
+        mat, dense = "matroidal m=2d" + suffix, "dense" + suffix
+        a, b = bpc_of(dense), bpc_of(mat)
+        rows.append(_attention_row(
+            f"{ident}/{qk}", f"{where}{mat}: {split} bpc equal to or better than {dense} "
+            f"(within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
+            f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
+            {dense: a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
+    return rows
+
+
 LOWPARAM_PROTOCOL = (
     "2-layer Transformer, d_model 32 (4 heads) and 64 (8 heads), character PTB, context "
     "128, batch 32; cosine over at most 4,000 steps, early stop after 1,000 steps without a "
@@ -63,20 +79,14 @@ def low_parameters() -> list[dict]:
     from structattn_lite.studies.attention import lowparam
 
     cells = lowparam.interaction_inputs(read("attention_lowparam_runs.csv"))
-    bpc, m = stats.BPC_MARGIN, "matroidal m=2d"
+    m = "matroidal m=2d"
     fields = dict(protocol=LOWPARAM_PROTOCOL, grid="lowparam (attention)",
                   notebook="02, few parameters", command=LOWPARAM_COMMAND)  # fmt: skip
     rows = []
     for d in (32, 64):
-        for ident, suffix in (("shared", ""), ("sep", " (sep q/k)")):
-            mat, dense = m + suffix, "dense" + suffix
-            a, b = cells.get((d, dense, 1.0), []), cells.get((d, mat, 1.0), [])
-            rows.append(_attention_row(
-                f"attention/low_parameters/d{d}/{ident}", f"at d_model {d}, {mat}: test bpc "
-                f"equal to or better than {dense} (within {bpc})", stats.difference(
-                    a, b, margin=bpc, claim="not_worse"),
-                f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
-                {dense: a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
+        rows += _not_worse_than_dense(
+            f"attention/low_parameters/d{d}", f"at d_model {d}, ", "test",
+            lambda variant, d=d: cells.get((d, variant, 1.0), []), **fields)  # fmt: skip
     for base, suffix in (("dense", ""), ("dot", "/dot")):
         names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
         samples = [cells.get((int(at[2:]), v, 1.0), []) for v, at in names]
@@ -109,19 +119,11 @@ def long_budget() -> list[dict]:
     if runs is None:
         return []
     finals = runs[~runs["tuning"].astype(bool) & (runs["part"] == "main")].sort_values("seed")
-    bpc, rows = stats.BPC_MARGIN, []
-    for ident, suffix in (("shared", ""), ("sep", " (sep q/k)")):
-        mat, dense = "matroidal m=2d" + suffix, "dense" + suffix
-        a, b = (finals.loc[finals["variant"] == v, "val_bpc"].tolist() for v in (dense, mat))
-        rows.append(_attention_row(
-            f"attention/long/not_worse/{ident}", f"after 8,000 steps, {mat}: validation bpc "
-            f"equal to or better than {dense} (within {bpc})", stats.difference(
-                a, b, margin=bpc, claim="not_worse"),
-            f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
-            {dense: a, mat: b}, seeds=min(len(a), len(b)), protocol=LONG_PROTOCOL,
-            grid="long (attention)", notebook="02, at a longer budget",
-            command="structattn run attention --grid long"))  # fmt: skip
-    return rows
+    return _not_worse_than_dense(
+        "attention/long/not_worse", "after 8,000 steps, ", "validation",
+        lambda variant: finals.loc[finals["variant"] == variant, "val_bpc"].tolist(),
+        protocol=LONG_PROTOCOL, grid="long (attention)", notebook="02, at a longer budget",
+        command="structattn run attention --grid long")  # fmt: skip
 
 
 SMOOTHER_GROUPS = {"total": "all parameters", "layer0": "layer 0", "layer1": "layer 1",
