@@ -75,8 +75,13 @@ def _check(args) -> None:
         check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
     elif args.command == "export":
-        exportable = _exportable(get_study(args.study))
-        if exportable is not None:
+        study = get_study(args.study)
+        exportable = _exportable(study)
+        if args.pending:  # only a grid being retrained over sessions has pending files
+            if not (pending := getattr(study, "PENDING_CSV", {})):
+                raise ValueError(f"--pending: no grid of the {args.study} study is being retrained")
+            check_choice("--grid (with --pending)", args.grid, pending)
+        elif exportable is not None:
             check_choice("--grid", args.grid, exportable)
 
 
@@ -184,7 +189,8 @@ def _export(args) -> int:
         if not finished:
             print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
             return 1
-        for path in study.export(finished, grid=args.grid):
+        pending = {"pending": True} if args.pending else {}
+        for path in study.export(finished, grid=args.grid, **pending):
             print(f"{path}: {len(finished)} runs of grid {args.grid!r}")
         return _report_unfinished(log, records)
 
@@ -337,7 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the committed grid to export (grokking: gap, "
         "paper_era; ablations: paper_text, paper_table4; length: committed, authors; "
-        "attention: committed, long)",
+        "attention: committed, long, lowparam)",
+    )
+    export.add_argument(
+        "--pending",
+        action="store_true",
+        help="write the grid's finished runs to its pending files (data/results/pending/), "
+        "which its tables do not read yet: a grid being retrained over sessions",
     )
     _execution_options(export)
     export.set_defaults(func=_export)

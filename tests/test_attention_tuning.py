@@ -54,12 +54,8 @@ def test_grids_have_every_part_and_fair_tuning(tmp_path):
         assert "digits" in parts or name not in PROFILES
     committed = grids.variant_configs("committed", st.Config, "ptb")
     assert {grids.part(c) for c in committed} == {"main", "low data", "stability", "digits"}
-    # The committed grid tunes each variant on validation over its shorter tune_recipe and
-    # trains the final runs over the full recipe; images keep their own recipe for both.
     spec = grids.GRIDS["committed"]
     tuning = st.tuning_grid("committed")
-    text_tuning = [c for c in tuning if c.dataset not in st.IMAGE_DATASETS]
-    assert {c.recipe.max_steps for c in text_tuning} == {spec["tune_recipe"]["max_steps"]}
     final = st.final_grid("committed", {st.variant_key(c): 1e-3 for c in tuning})
     assert {c.recipe.max_steps for c in final if grids.part(c) == "main"} == {
         spec["recipe"]["max_steps"]
@@ -308,10 +304,13 @@ def test_the_low_parameter_arm_fits_m_2d_and_tunes_at_its_own_budget():
     }
 
 
-def test_the_paper_grid_chooses_its_rates_at_its_own_budget_over_three_seeds():
-    spec = grids.GRIDS["paper"]
-    tuning = st.tuning_grid("paper")
-    final = st.final_grid("paper", {st.variant_key(c): 1e-3 for c in tuning})
+@pytest.mark.parametrize("name", ["committed", "paper"])
+def test_a_grid_that_reports_verdicts_chooses_its_rates_at_its_own_budget_over_three_seeds(
+    name,
+):
+    spec = grids.GRIDS[name]
+    tuning = st.tuning_grid(name)
+    final = st.final_grid(name, {st.variant_key(c): 1e-3 for c in tuning})
     for dataset in ("ptb", "digits"):  # only the seed, the rate and read_test differ
         recipes = [{dataclasses.replace(c.recipe, lr=1.0) for c in configs
                     if c.dataset == dataset and grids.part(c) in ("main", "digits")}
@@ -404,12 +403,19 @@ def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
     monkeypatch.setattr(st, "resolve_dataset", lambda root=None: "ptb")  # as committed
     store = RunStore(tmp_path / "runs")
     configs = st.grid(name, store=store)  # restores, then reads the store
-    cached = {r.key: r for c in configs if (r := store.load("attention", c)) is not None}
-    assert set(cached) == {r.key for r in committed}  # every committed run, none retrained
-    tuned = [r for r in cached.values() if not r.config["read_test"]]
-    assert st.choose_lrs(tuned) == st.choose_lrs(
-        [r for r in committed if not r.config["read_test"]]
-    )
+    assert all(store.path("attention", r.key).exists() for r in committed)
+    if grids.GRIDS[name].get("rates_from") not in grids.PENDING_CSV:
+        # the grid still asks for every committed run: none retrained
+        grown = {r.key: r for c in configs if (r := store.load("attention", c)) is not None}
+        assert set(grown) == {r.key for r in committed}
+        cached = grown
+        tuned = [r for r in grown.values() if not r.config["read_test"]]
+        assert st.choose_lrs(tuned) == st.choose_lrs(
+            [r for r in committed if not r.config["read_test"]]
+        )
+    else:  # its source grid is being retuned: its tuning waits on that grid's new runs
+        assert not any(c.read_test for c in configs)
+        cached = {r.key: store.load("attention", r.config) for r in committed}
     before = [path.read_bytes() for path in files]
     st.export(list(cached.values()), grid=name)  # restored runs keep their rows
     assert [path.read_bytes() for path in files] == before
@@ -418,3 +424,48 @@ def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
     summary = pd.read_csv(files[0])
     assert set(summary["key"]) == {r.key for r in committed} | {new.key}
     assert len(summary) == len(committed) + 1
+
+
+def _made_up_tuning(configs, bpc_of_lr):
+    return [RunRecord("attention", st.config_hash("attention", c), config_dict(c),
+                      pd.DataFrame({"step": [1], "val_bpc": [bpc_of_lr(c.recipe.lr)]}))
+            for c in configs]  # fmt: skip
+
+
+def test_a_grid_being_retuned_keeps_its_runs_pending_until_its_finals_are_retrained(
+    tmp_path, monkeypatch
+):
+    results = tmp_path / "results"
+    files = [results / f for f in grids.COMMITTED_CSV["committed"]]
+    for path in files:
+        path.parent.mkdir(exist_ok=True)
+        shutil.copy(st.cfgmod.results_dir() / path.name, path)
+    monkeypatch.setattr(st.cfgmod, "results_dir", lambda: results)
+    monkeypatch.setattr(st, "resolve_dataset", lambda root=None: "ptb")  # as committed
+    tuning = [c for c in st.tuning_grid("committed") if c.dataset == "ptb"]
+    keys = list(dict.fromkeys(st.variant_key(c) for c in tuning))
+    dot = [c for c in tuning if st.variant_key(c) == keys[0]]  # committed finals at 0.048
+    # dot settled, best at 0.024 (interior); the next variant has one of its runs in
+    runs = _made_up_tuning(dot, lambda lr: 2.0 + abs(lr - 2.4e-2)) + _made_up_tuning(
+        [c for c in tuning if st.variant_key(c) == keys[1]][:1], lambda lr: 2.0
+    )
+    before = [path.read_bytes() for path in files]
+    st.export(runs, grid="committed", pending=True)
+    assert [path.read_bytes() for path in files] == before  # the tables read what they did
+    pending = tables.load_pending_histories("committed")
+    assert {r.key for r in pending} == {r.key for r in runs}
+    table = tr.retuning_table("committed").set_index(["dataset", "variant"]).loc["ptb"]
+    assert table.loc["dot", "chosen at the finals' budget"] == "0.024"
+    assert table.loc["dot", "0.024"] == "2.000* (3)"
+    assert table.loc["dot", "committed finals"] == "to retrain"
+    assert table.loc["dense", "chosen at the finals' budget"] == "1 of 9 runs in"
+    # a fresh store gets them back: no pending run retrains, dot's finals wait at 0.024
+    store = RunStore(tmp_path / "runs")
+    configs = st.grid("committed", store=store)
+    assert all(store.load("attention", c) is not None for c in dot)
+    dot_finals = [c for c in configs if c.read_test and st.variant_key(c) == keys[0]]
+    assert dot_finals and {c.recipe.lr for c in dot_finals} == {2.4e-2}
+    pending_bytes = [(results / f).read_bytes() for f in grids.PENDING_CSV["committed"]]
+    restored = [store.load("attention", c) for c in dot]
+    assert st.export(restored, grid="committed", pending=True) == []  # nothing new to write
+    assert [(results / f).read_bytes() for f in grids.PENDING_CSV["committed"]] == pending_bytes

@@ -342,6 +342,8 @@ def smoke_configs():
         [*SMOKE, "--device", "meta"],
         ["run", "grokking", "--grid", "bogus"],
         ["export", "grokking", "--grid", "smoke"],
+        ["export", "grokking", "--grid", "gap", "--pending"],
+        ["export", "attention", "--grid", "long", "--pending"],
         ["study", "--profile", "smoke", "--device", "meta"],
         pytest.param(
             [*SMOKE, "--device", "cuda"],

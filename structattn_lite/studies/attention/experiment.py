@@ -4,7 +4,7 @@ The study contract (``structattn_lite.runs.sweep``): ``EXPERIMENT``, ``Config`` 
 when built), ``GRIDS`` and ``grid(name)``, ``run(config)`` and ``export(records)``.
 
 Fair tuning. Each variant (kind, m, shared or separate q/k) gets its own peak learning
-rate: ``tuning_grid(name)`` trains it at every rate of the grid's ``lrs`` on one seed,
+rate: ``tuning_grid(name)`` trains it at every rate of the grid's ``lrs`` on its tuning seeds,
 ``choose_lrs`` keeps the rate with the best *validation* number, and ``final_grid``
 trains every seed at that rate; only the final runs read the test split, once, at the
 end (``Config.read_test``). ``grid(name)`` is the tuning grid followed, once its records
@@ -42,6 +42,7 @@ from structattn_lite.studies.attention.grids import (
     FLOORS_CSV,
     GRIDS,
     IMAGE_DATASETS,
+    PENDING_CSV,
     variant_configs,
 )
 from structattn_lite.studies.attention.recipe import Recipe, train
@@ -371,36 +372,51 @@ def grid(name: str, store=None) -> list[Config]:
     from structattn_lite.records import RunStore
 
     store = store or RunStore()
-    if name in GROWN_ACROSS_SESSIONS:
+    if name in GROWN_ACROSS_SESSIONS or name in PENDING_CSV:
         restore_committed(name, store)
-    tuning = tuning_grid(name)
-    while True:  # a variant widens only once all its runs so far are in
-        cached = {c: store.load(EXPERIMENT, c) for c in tuning}
-        missing = {variant_key(c) for c, r in cached.items() if r is None}
-        done = [r for c, r in cached.items() if r is not None and variant_key(c) not in missing]
-        wider = [c for c in tuning_grid(name, done) if c not in cached]
-        if not wider:
-            break
-        tuning += wider
+    tuning, done, missing = settled_tuning(name, lambda c: store.load(EXPERIMENT, c))
     if not done:
         return tuning
     lrs = choose_lrs(done)
     return tuning + final_grid(name, lrs, keys=lrs) + ([] if missing else edge_grid(name))
 
 
+def settled_tuning(name: str, lookup) -> tuple[list[Config], list[RunRecord], set[str]]:
+    """The grid's tuning runs as far as the records (``lookup(config)``: its record or
+    None) settle them: every config (widened where a variant's best rate sits at an edge;
+    a variant widens only once all its runs so far are in), the records of the variants
+    whose runs are all in, and the variant keys still missing a run."""
+    tuning = tuning_grid(name)
+    while True:
+        cached = {c: lookup(c) for c in tuning}
+        missing = {variant_key(c) for c, r in cached.items() if r is None}
+        done = [r for c, r in cached.items() if r is not None and variant_key(c) not in missing]
+        wider = [c for c in tuning_grid(name, done) if c not in cached]
+        if not wider:
+            return tuning, done, missing
+        tuning += wider
+
+
 def restore_committed(name: str, store) -> list[RunRecord]:
-    """Save into ``store`` the grid's committed runs it lacks, rebuilt from the committed
-    histories (config, status and learning curve; the per-step norms and measurements stay
-    in the committed summary), so a later session neither retrains them nor chooses its
-    rates without them. ``export`` leaves their committed rows as they are."""
+    """Save into ``store`` the grid's committed runs it lacks, and its pending ones
+    (``PENDING_CSV``), rebuilt from the committed histories (config, status and learning
+    curve; the per-step norms and measurements stay in the committed summary), so a later
+    session neither retrains them nor chooses its rates without them. ``export`` leaves
+    their committed rows as they are."""
+    from structattn_lite.records import load_histories
     from structattn_lite.studies.attention.tables import load_committed_histories
 
+    sources = [(COMMITTED_CSV[name][1], load_committed_histories(name))]
+    pending = cfgmod.results_dir() / PENDING_CSV[name][1] if name in PENDING_CSV else None
+    if pending is not None and pending.exists():
+        sources.append((PENDING_CSV[name][1], load_histories(pending)))
     restored = []
-    for r in load_committed_histories(name):
-        if not store.path(EXPERIMENT, r.key).exists():
-            r.extra[RESTORED] = COMMITTED_CSV[name][1]
-            store.save(r)
-            restored.append(r)
+    for source, records in sources:
+        for r in records:
+            if not store.path(EXPERIMENT, r.key).exists():
+                r.extra[RESTORED] = source
+                store.save(r)
+                restored.append(r)
     return restored
 
 
@@ -417,25 +433,30 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
     return records
 
 
-def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
-    """The committed compact results: one CSV row per run (summary) and the histories."""
+def export(records: list[RunRecord], grid: str = "committed", pending: bool = False) -> list[Path]:
+    """The committed compact results: one CSV row per run (summary) and the histories.
+    ``pending``: into the grid's ``PENDING_CSV`` files instead, which its tables do not
+    read, keeping the pending runs an earlier session committed."""
     from structattn_lite.records import export_histories
     from structattn_lite.studies.attention.tables import summarize
 
-    runs_name, histories_name = COMMITTED_CSV[cfgmod.check_choice("grid", grid, COMMITTED_CSV)]
+    files = PENDING_CSV if pending else COMMITTED_CSV
+    runs_name, histories_name = files[cfgmod.check_choice("grid", grid, files)]
     out = cfgmod.results_dir()
-    out.mkdir(parents=True, exist_ok=True)
     records = [r for r in records if RESTORED not in r.extra]  # their rows are committed
     if not records:
         return []
     summary, frame = out / runs_name, summarize(records)
+    summary.parent.mkdir(parents=True, exist_ok=True)
     keep = None
-    if grid in GROWN_ACROSS_SESSIONS:  # a run store does not outlive its machine
+    if pending or grid in GROWN_ACROSS_SESSIONS:  # a run store does not outlive its machine
         keep = [config_hash(EXPERIMENT, c) for c in tuning_grid(grid)]  # finals follow
         frame = frame.assign(key=[r.key for r in records])
         frame = keep_committed_rows(summary, frame, ["key"], [(k,) for k in keep])
     frame.to_csv(summary, index=False, float_format="%.6g")
     paths = [summary, export_histories(records, out / histories_name, keep_order=keep)]
+    if pending:
+        return paths
     if any(r.config["dataset"] == "ptb" for r in records):  # the floors the figures draw
         from structattn_lite.studies.attention.tasks import floor_frame
 

@@ -27,11 +27,17 @@ import pandas as pd
 from structattn_lite import stats
 from structattn_lite.data import FALLBACK_LABEL, load_corpus
 from structattn_lite.models.attention_checks import gradient_agreement
+from structattn_lite.records import config_hash
 from structattn_lite.report import grid_markdown, save_figure
 from structattn_lite.studies.attention.experiment import (
+    EXPERIMENT,
+    choose_lrs,
+    rate_sweep,
     resolve_dataset,
     run_grid,
+    settled_tuning,
     tuning_grid,
+    variant_key,
 )
 from structattn_lite.studies.attention.figures import (
     plot_fraction_sweep,
@@ -51,6 +57,7 @@ from structattn_lite.studies.attention.tables import (
     grid_caption,
     interval,
     load_committed_histories,
+    load_pending_histories,
     load_summary,
     main_finals,
     measurement_table,
@@ -63,7 +70,7 @@ __all__ = [  # what the notebook calls, defined here or in tables and figures
     "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
     "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
     "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
-    "profile_plan", "pruning_table", "rate_drift", "run_browser", "run_profile", "summarize",
+    "profile_plan", "pruning_table", "rate_drift", "retuning_table", "run_browser", "run_profile", "summarize",
     "sweep_history", "tuning_table",
 ]  # fmt: skip
 DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
@@ -233,6 +240,46 @@ def rate_transfer_table(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+def retuning_table(grid: str = "committed") -> pd.DataFrame:
+    """A grid being retuned at its finals' own budget (its pending runs): per variant, the
+    mean over the tuning seeds of each rate's best validation number (``rate_sweep``; *
+    marks the rate ``choose_lrs`` takes once every run is in), the rate the committed
+    finals ran at, and whether they stand (the same rate: the same runs) or are retrained.
+    Empty when the grid has no pending runs."""
+    pending = load_pending_histories(grid)
+    if not pending:
+        return pd.DataFrame()
+    # a pending run, else a committed one with the same config (the same run)
+    runs = {r.key: r for r in [*load_committed_histories(grid), *pending]}
+    configs, done, _ = settled_tuning(grid, lambda c: runs.get(config_hash(EXPERIMENT, c)))
+    tuned, wanted = [], {}
+    for c in configs:
+        record = runs.get(config_hash(EXPERIMENT, c))
+        tuned += [record] if record is not None else []
+        wanted.setdefault(variant_key(c), []).append(record is not None)
+    chosen, sweep = choose_lrs(done), rate_sweep(tuned)
+    ran = finals(load_summary(grid)).groupby(["dataset", "variant"])["lr"].first()
+    rows = []
+    for key, found in wanted.items():
+        dataset, variant, _ = key.split("|")
+        settled = all(found)
+        row = {"dataset": dataset, "variant": variant}
+        for _, cell in sweep[sweep["key"] == key].iterrows():
+            star = "*" if settled and cell["lr"] == chosen[key] else ""
+            row[f"{cell['lr']:g}"] = f"{cell['best']:.3f}{star} ({cell['seeds']})"
+        before = ran.get((dataset, variant), math.nan)
+        row["chosen at the finals' budget"] = (
+            f"{chosen[key]:g}" if settled else f"{sum(found)} of {len(found)} runs in"
+        )
+        row["committed finals ran at"] = f"{before:g}"
+        row["committed finals"] = ("" if not settled else "stand (same runs)"
+                                   if np.isclose(before, chosen[key]) else "to retrain")  # fmt: skip
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    rates = sorted((c for c in table.columns if c[0].isdigit()), key=float)
+    return table[["dataset", "variant", *rates, *table.columns[2:].drop(rates)]].fillna("")
+
+
 def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> pd.DataFrame:
     """The final float32 runs of ``parts`` with each variant, at each fraction of the
     text, at the better of its two sweeps' rates on validation (lower mean validation bpc
@@ -303,7 +350,8 @@ def floors_for(summary: pd.DataFrame, dataset: str, floors: dict) -> dict | None
 def caption(summary: pd.DataFrame, grid: str) -> str:
     """The grid a table came from (``tables.grid_caption``), with the rates its variants
     chose among, in Markdown."""
-    return f"*Grid:* {grid_caption(summary, GRIDS[grid].get('lrs'))}."
+    spec = GRIDS[grid]  # without edge_lrs every rate tried (widening too) was in the choice
+    return f"*Grid:* {grid_caption(summary, spec['lrs'] if spec.get('edge_lrs') else None)}."
 
 
 def gradient_table() -> pd.DataFrame:

@@ -19,6 +19,7 @@ from structattn_lite.records import RunRecord
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     FIRST_SWEEP_CSV,
+    PENDING_CSV,
     RECIPE_TARGET_BPC,
     SWEEPS,
     part,
@@ -89,6 +90,16 @@ def load_committed_histories(grid: str = "committed", sweep: str = "current") ->
     from structattn_lite.records import load_histories
 
     path = _committed_file(grid, sweep, 1)
+    return load_histories(path) if path is not None and path.exists() else []
+
+
+def load_pending_histories(grid: str = "committed") -> list[RunRecord]:
+    """The runs of a grid being retrained that its tables do not read yet (``PENDING_CSV``),
+    as records; empty when it has none."""
+    from structattn_lite.config import results_dir
+    from structattn_lite.records import load_histories
+
+    path = results_dir() / PENDING_CSV[grid][1] if grid in PENDING_CSV else None
     return load_histories(path) if path is not None and path.exists() else []
 
 
