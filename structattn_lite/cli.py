@@ -25,7 +25,7 @@ import tempfile
 
 from structattn_lite import __version__
 from structattn_lite.config import GRIDS, PROFILES
-from structattn_lite.records import StoreError
+from structattn_lite.records import ExportRefused, StoreError
 from structattn_lite.studies import STUDIES
 
 RUNS_HELP = (
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except StoreError as err:  # a full disk, a read-only store
+    except (StoreError, ExportRefused) as err:  # a full disk; a grid not ready to export
         print(f"structattn: {err}", file=sys.stderr)
         return 1
 

@@ -115,6 +115,11 @@ class CorruptRecordWarning(UserWarning):
     aside and the run recomputed."""
 
 
+class ExportRefused(ValueError):
+    """An export that would put an unfinished grid in place of committed results; the
+    message says what is missing and how to keep the runs meanwhile."""
+
+
 class StoreError(OSError):
     """A record, checkpoint or lock could not be read or written; the message names the
     path. ``store_wide``: the whole store is affected (a full disk, a read-only file

@@ -15,9 +15,9 @@ from test_attention_study import TINY, _garbage_test_split
 from structattn_lite import claims
 from structattn_lite.config import PROFILES
 from structattn_lite.data import fallback_corpus
-from structattn_lite.records import RunRecord, RunStore, config_dict
+from structattn_lite.records import ExportRefused, RunRecord, RunStore, config_dict
 from structattn_lite.studies.attention import experiment as st
-from structattn_lite.studies.attention import grids, tables
+from structattn_lite.studies.attention import grids, results, tables
 from structattn_lite.studies.attention import report as tr
 from structattn_lite.studies.attention.report import rate_drift, tuning_table
 
@@ -390,17 +390,24 @@ def test_the_low_parameter_finals_ran_at_the_rate_the_shown_sweep_is_lowest_at()
     assert (chosen["seeds"] == len(grids.GRIDS["lowparam"]["tune_seeds"])).all()
 
 
-@pytest.mark.parametrize("name", st.GROWN_ACROSS_SESSIONS)
-def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
-    name, tmp_path, monkeypatch
-):
-    committed = tables.load_committed_histories(name)
+def _as_committed(name, tmp_path, monkeypatch):
+    """A results folder holding a copy of grid ``name``'s committed files (runs, then
+    histories), read in place of data/results, with the text the grid was trained on."""
     files = [tmp_path / "results" / f for f in grids.COMMITTED_CSV[name]]
     for path in files:
         path.parent.mkdir(exist_ok=True)
         shutil.copy(st.cfgmod.results_dir() / path.name, path)
     monkeypatch.setattr(st.cfgmod, "results_dir", lambda: tmp_path / "results")
     monkeypatch.setattr(st, "resolve_dataset", lambda root=None: "ptb")  # as committed
+    return tmp_path / "results", files
+
+
+@pytest.mark.parametrize("name", results.GROWN_ACROSS_SESSIONS)
+def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
+    name, tmp_path, monkeypatch
+):
+    committed = tables.load_committed_histories(name)
+    _, files = _as_committed(name, tmp_path, monkeypatch)
     store = RunStore(tmp_path / "runs")
     configs = st.grid(name, store=store)  # restores, then reads the store
     assert all(store.path("attention", r.key).exists() for r in committed)
@@ -428,20 +435,15 @@ def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
 
 def _made_up_tuning(configs, bpc_of_lr):
     return [RunRecord("attention", st.config_hash("attention", c), config_dict(c),
-                      pd.DataFrame({"step": [1], "val_bpc": [bpc_of_lr(c.recipe.lr)]}))
+                      pd.DataFrame({"step": [1], "val_bpc": [bpc_of_lr(c.recipe.lr)],
+                                    "val_loss": [bpc_of_lr(c.recipe.lr)]}))
             for c in configs]  # fmt: skip
 
 
 def test_a_grid_being_retuned_keeps_its_runs_pending_until_its_finals_are_retrained(
     tmp_path, monkeypatch
 ):
-    results = tmp_path / "results"
-    files = [results / f for f in grids.COMMITTED_CSV["committed"]]
-    for path in files:
-        path.parent.mkdir(exist_ok=True)
-        shutil.copy(st.cfgmod.results_dir() / path.name, path)
-    monkeypatch.setattr(st.cfgmod, "results_dir", lambda: results)
-    monkeypatch.setattr(st, "resolve_dataset", lambda root=None: "ptb")  # as committed
+    results_dir, files = _as_committed("committed", tmp_path, monkeypatch)
     tuning = [c for c in st.tuning_grid("committed") if c.dataset == "ptb"]
     keys = list(dict.fromkeys(st.variant_key(c) for c in tuning))
     dot = [c for c in tuning if st.variant_key(c) == keys[0]]  # committed finals at 0.048
@@ -465,7 +467,60 @@ def test_a_grid_being_retuned_keeps_its_runs_pending_until_its_finals_are_retrai
     assert all(store.load("attention", c) is not None for c in dot)
     dot_finals = [c for c in configs if c.read_test and st.variant_key(c) == keys[0]]
     assert dot_finals and {c.recipe.lr for c in dot_finals} == {2.4e-2}
-    pending_bytes = [(results / f).read_bytes() for f in grids.PENDING_CSV["committed"]]
+    pending_bytes = [(results_dir / f).read_bytes() for f in grids.PENDING_CSV["committed"]]
     restored = [store.load("attention", c) for c in dot]
     assert st.export(restored, grid="committed", pending=True) == []  # nothing new to write
-    assert [(results / f).read_bytes() for f in grids.PENDING_CSV["committed"]] == pending_bytes
+    assert [(results_dir / f).read_bytes() for f in grids.PENDING_CSV["committed"]] == pending_bytes
+
+
+def test_the_ledger_says_how_the_committed_records_chose_their_rates():
+    from structattn_lite.claims import attention as ca
+
+    runs = tables.load_summary("committed")  # tuned over 600 steps of seed 0
+    assert "over 600 steps of one seed (not at this budget)" in ca.committed_protocol(runs)
+    assert "(600 steps of one seed, not at this budget)" in ca.long_protocol(runs)
+    # the retuned grid: its tuning runs as long as its finals, on three seeds
+    finals = runs[~runs["tuning"].astype(bool)]
+    tuned = pd.concat([finals[finals["part"] == "main"].assign(tuning=True, seed=s)
+                       for s in (0, 1, 2)])  # fmt: skip
+    protocol = ca.committed_protocol(pd.concat([finals, tuned]))
+    assert "chosen on validation at this budget over 3 seeds" in protocol
+    assert "not at this budget" not in protocol
+
+
+def test_a_retuned_grid_replaces_its_committed_runs_only_once_every_run_is_in(
+    tmp_path, monkeypatch
+):
+    results_dir, files = _as_committed("committed", tmp_path, monkeypatch)
+    old = pd.read_csv(files[0])
+    # every variant's tuning settles at 0.024: dense and matroidal m=2d keep their finals
+    tuned = _made_up_tuning(st.tuning_grid("committed"), lambda lr: 2.0 + abs(lr - 2.4e-2))
+    st.export(tuned, grid="committed", pending=True)
+    store = RunStore(tmp_path / "runs")
+    configs = st.grid("committed", store=store)
+    with pytest.raises(ExportRefused, match=r"grid 'committed' lacks \d+ of its \d+ runs"):
+        st.export([r for c in configs if (r := store.load("attention", c))], grid="committed")
+    assert files[0].read_bytes() == old.to_csv(index=False, float_format="%.6g").encode()
+    retrained = [c for c in configs if store.load("attention", c) is None]
+    retrained = [c for c in retrained if c.dataset == "ptb"]  # the digits widen below
+    assert retrained and {c.recipe.lr for c in retrained} == {2.4e-2}
+    while missing := [c for c in st.grid("committed", store=store)
+                      if store.load("attention", c) is None]:  # fmt: skip
+        for r in _made_up_tuning(missing, lambda lr: 1.5 + abs(lr - 2.4e-2)):
+            store.save(r)  # the finals whose rate moved, and wider digits tuning
+    records = [store.load("attention", c) for c in st.grid("committed", store=store)]
+    st.export(records, grid="committed")
+    now = pd.read_csv(files[0])
+    assert set(now["key"]) == {r.key for r in records}  # exactly the grid's runs
+    retired = pd.read_csv(results_dir / grids.RETIRED_CSV["committed"][0])
+    assert set(retired["key"]) == set(old["key"]) - set(now["key"])
+    assert set(retired.loc[retired["tuning"], "max_steps"]) == {600}  # the old tuning
+    kept = now[now["key"].isin(old["key"]) & ~now["tuning"]]  # finals that stand, unchanged
+    assert set(kept.loc[kept["dataset"] == "ptb", "lr"]) == {2.4e-2}
+    assert set(kept["variant"]) >= {"dense", "matroidal m=2d"}
+    assert not any((results_dir / f).exists() for f in grids.PENDING_CSV["committed"])
+    histories = pd.read_csv(files[1])
+    assert set(histories["key"]) == set(now["key"])
+    # a fresh store gets the whole grid back: nothing left to train
+    fresh = RunStore(tmp_path / "fresh")
+    assert all(fresh.load("attention", c) for c in st.grid("committed", store=fresh))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 from structattn_lite import stats
@@ -9,19 +10,43 @@ from structattn_lite.claims.rows import read, row
 
 # --- the attention card -----------------------------------------------------------------
 
-ATTENTION_PROTOCOL = (
-    "2-layer, 8-head Transformer, d_model 128, character PTB, context 128, batch 32, "
-    "1,000 steps; each variant's rate chosen on validation over 600 steps of one seed "
-    "(not at this budget), then 5 seeds; validation bpc"
-)
 ATTENTION_COMMAND = "structattn run attention --grid committed"
 
 
-def _attention_row(ident: str, words: str, result, rule: str, values=(), **fields) -> dict:
+def _tuning(runs) -> tuple[str, str, bool]:
+    """How a d_model-128 grid's records chose each variant's rate, read off its tuning
+    runs on the text: their steps ("600"), their seeds ("one seed", "3 seeds"), and
+    whether they trained as long as the grid's finals."""
+    tuned = runs[runs["tuning"].astype(bool) & (runs["dataset"] == "ptb")]
+    steps = sorted(int(s) for s in tuned["max_steps"].unique())
+    seeds = int(tuned.groupby(["variant", "lr"])["seed"].nunique().min())
+    budget = int(runs.loc[~runs["tuning"].astype(bool), "max_steps"].max())
+    return (
+        "/".join(f"{s:,}" for s in steps),
+        ("one seed" if seeds == 1 else f"{seeds} seeds"),
+        steps == [budget],
+    )
+
+
+def committed_protocol(runs) -> str:
+    """The committed grid's protocol, its tuning read off its runs."""
+    steps, seeds, at_budget = _tuning(runs)
+    chosen = (f"at this budget over {seeds} (widened at the sweep's edge)" if at_budget
+              else f"over {steps} steps of {seeds} (not at this budget)")  # fmt: skip
+    return (
+        "2-layer, 8-head Transformer, d_model 128, character PTB, context 128, batch 32, "
+        f"1,000 steps; each variant's rate chosen on validation {chosen}, then 5 seeds; "
+        "validation bpc"
+    )
+
+
+def _attention_row(
+    ident: str, words: str, result, rule: str, values=(), *, protocol: str, **fields
+) -> dict:
     (diff, low, high), verdict, reason = result
     return row(values, id=ident, study="attention", claim=words, source="the attention card",
                 ours=diff, low=low, high=high, verdict=verdict, reason=reason, rule=rule,
-                protocol=fields.pop("protocol", ATTENTION_PROTOCOL),
+                protocol=protocol,
                 grid=fields.pop("grid", "committed (attention)"),
                 notebook=fields.pop("notebook", "02, the card's hypothesis"),
                 command=fields.pop("command", ATTENTION_COMMAND), **fields)  # fmt: skip
@@ -105,11 +130,14 @@ def low_parameters() -> list[dict]:
     return rows
 
 
-LONG_PROTOCOL = (
-    "2-layer, 8-head Transformer, d_model 128, character PTB, context 128, batch 32, "
-    "8,000 steps; each variant at the rate the committed grid chose (600 steps of one "
-    "seed, not at this budget), 3 seeds; validation bpc"
-)
+def long_protocol(runs) -> str:
+    """The long grid's protocol: the committed grid's rates, tuned as its runs say."""
+    steps, seeds, _ = _tuning(runs)
+    return (
+        "2-layer, 8-head Transformer, d_model 128, character PTB, context 128, batch 32, "
+        f"8,000 steps; each variant at the rate the committed grid chose ({steps} steps of "
+        f"{seeds}, not at this budget), 3 seeds; validation bpc"
+    )
 
 
 def long_budget() -> list[dict]:
@@ -122,7 +150,7 @@ def long_budget() -> list[dict]:
     return _not_worse_than_dense(
         "attention/long/not_worse", "after 8,000 steps, ", "validation",
         lambda variant: finals.loc[finals["variant"] == variant, "val_bpc"].tolist(),
-        protocol=LONG_PROTOCOL, grid="long (attention)", notebook="02, at a longer budget",
+        protocol=long_protocol(runs), grid="long (attention)", notebook="02, at a longer budget",
         command="structattn run attention --grid long")  # fmt: skip
 
 
@@ -139,6 +167,8 @@ def attention() -> list[dict]:
     if runs is None:
         return []
     finals = runs[~runs["tuning"].astype(bool)]
+    protocol = committed_protocol(runs)
+    attention_row = functools.partial(_attention_row, protocol=protocol)
 
     def col(part, variant, column, fraction=1.0, precision="float32"):
         pick = finals[
@@ -154,13 +184,13 @@ def attention() -> list[dict]:
     rows = []
     for ident, mat, dense in (("shared", m, "dense"), ("sep", f"{m} (sep q/k)", "dense (sep q/k)")):
         a, b = col("main", dense, "val_bpc"), col("main", mat, "val_bpc")
-        rows.append(_attention_row(
+        rows.append(attention_row(
             f"attention/not_worse/{ident}", f"{mat}: validation bpc equal to or better than "
             f"{dense} (within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
             not_worse, {dense: a, mat: b}, seeds=min(len(a), len(b))))  # fmt: skip
         for group, where in SMOOTHER_GROUPS.items():  # the whole model, each layer, the metric
             a, b = col("main", mat, f"gnv_{group}"), col("main", dense, f"gnv_{group}")
-            rows.append(_attention_row(
+            rows.append(attention_row(
                 f"attention/smoother/{ident}" + ("" if group == "total" else f"/{group}"),
                 f"{mat}: smoother training than {dense} (lower gradient-norm variance after "
                 f"warmup, {where})", stats.difference(a, b, claim="less", spec="+.2e"),
@@ -174,7 +204,7 @@ def attention() -> list[dict]:
         published=math.nan, seeds=len(ours),
         verdict=stats.REPRODUCED if fewer else stats.NOT_REPRODUCED if fewer is False else
         stats.UNDECIDED, reason=f"{ours[0]:.0f} against {dense[0]:.0f} metric parameters"
-        if ours and dense else "not run", rule="exact count", protocol=ATTENTION_PROTOCOL,
+        if ours and dense else "not run", rule="exact count", protocol=protocol,
         grid="committed (attention)", notebook="02, parameters and FLOPs",
         command=ATTENTION_COMMAND))  # fmt: skip
     matroidal = finals[finals["kind"] == "matroidal"]
@@ -185,13 +215,13 @@ def attention() -> list[dict]:
         seeds=len(matroidal), verdict=stats.REPRODUCED if bad == 0 and len(matroidal) >=
         stats.MIN_SEEDS else stats.NOT_REPRODUCED if bad else stats.UNDECIDED,
         reason=f"{bad} of {len(matroidal)} matroidal runs had a non-finite logit",
-        rule="count over every final run", protocol=ATTENTION_PROTOCOL,
+        rule="count over every final run", protocol=protocol,
         grid="committed (attention)", notebook="02, numerical audit",
         command=ATTENTION_COMMAND))  # fmt: skip
     share = {v: [s / r for s, r in zip(col("main", v, "fast_saturated_rows"),
                                        col("main", v, "fast_rows"), strict=True)]
              for v in ("dense", m)}  # fmt: skip
-    rows.append(_attention_row(
+    rows.append(attention_row(
         "attention/stable/saturated", f"{m} saturates no more attention rows than dense "
         "(share of softmax rows whose largest weight is 1 to working precision)",
         stats.difference(share[m], share["dense"], claim="less", spec="+.2e"),
@@ -200,7 +230,7 @@ def attention() -> list[dict]:
     shift = {v: [x - y for x, y in zip(col("stability", v, "val_bpc", precision="bfloat16"),
                                        col("main", v, "val_bpc"), strict=False)]
              for v in ("dense", m)}  # fmt: skip
-    rows.append(_attention_row(
+    rows.append(attention_row(
         "attention/stable/bfloat16", f"{m} loses no more to bfloat16 autocast than dense "
         f"(shift of validation bpc, same seeds, within {bpc})",
         stats.difference(shift["dense"], shift[m], margin=bpc, claim="not_worse"), not_worse,
@@ -211,14 +241,14 @@ def attention() -> list[dict]:
         rows.append(_interaction_row(
             f"attention/low_data/{base}", f"{m}'s edge over {base} is larger with 1% of the "
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
-            (base, "100%")], "at 1%", protocol=ATTENTION_PROTOCOL + "; 1% and 100% of the "
+            (base, "100%")], "at 1%", protocol=protocol + "; 1% and 100% of the "
             "text", notebook="02, low data"))  # fmt: skip
     rows += long_budget()
     rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}
     best, runner = sorted(sizes, key=lambda k: sum(sizes[k]) / max(len(sizes[k]), 1))[:2]
     rows.append(
-        _attention_row(
+        attention_row(
             "attention/best_m",
             f"one support size m is best (lowest validation bpc: m={best})",
             stats.difference(sizes[best], sizes[runner], claim="less"),
@@ -228,7 +258,7 @@ def attention() -> list[dict]:
         )
     )
     pruned = col("main", m, "prune_val_bpc_0.5")
-    rows.append(_attention_row(
+    rows.append(attention_row(
         "attention/pruning", f"{m} keeps its validation bpc (within {bpc}) with half its "
         "coefficients pruned and a short fine-tune", stats.difference(
             col("main", m, "val_bpc"), pruned, margin=bpc, claim="not_worse"),
@@ -236,7 +266,7 @@ def attention() -> list[dict]:
         {"unpruned": col("main", m, "val_bpc"), "half pruned": pruned},
         seeds=len(pruned)))  # fmt: skip
     a, b = col("digits", m, "test_acc"), col("digits", "dense", "test_acc")
-    rows.append(_attention_row(
+    rows.append(attention_row(
         "attention/digits", f"{m} classifies 8x8 digits as well as dense (test accuracy "
         f"within {stats.ACCURACY_MARGIN})", stats.difference(
             a, b, margin=stats.ACCURACY_MARGIN, claim="not_worse"),

@@ -26,7 +26,7 @@ import torch
 
 from structattn_lite import config as cfgmod
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.data import FALLBACK_LABEL, cifar10_available, load_corpus, ptb_available
+from structattn_lite.data import FALLBACK_LABEL, cifar10_available, ptb_available
 from structattn_lite.models.attention import ATTENTION_KINDS
 from structattn_lite.models.attention_checks import (
     attention_maps,
@@ -36,16 +36,20 @@ from structattn_lite.models.attention_checks import (
     time_attention,
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
-from structattn_lite.records import RunRecord, config_dict, config_hash, keep_committed_rows
+from structattn_lite.records import ExportRefused, RunRecord, config_dict, config_hash
+from structattn_lite.studies.attention import results
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
-    FLOORS_CSV,
     GRIDS,
     IMAGE_DATASETS,
     PENDING_CSV,
     variant_configs,
 )
 from structattn_lite.studies.attention.recipe import Recipe, train
+from structattn_lite.studies.attention.tables import (
+    load_committed_histories,
+    load_pending_histories,
+)
 from structattn_lite.theory import SUPPORT_RULES
 
 EXPERIMENT = "attention"
@@ -360,21 +364,19 @@ def final_grid(name: str, lrs: dict[str, float], keys=None) -> list[Config]:
             if keys is None or variant_key(c) in keys]  # fmt: skip
 
 
-# Grids whose committed files grow over sessions: an export replaces the runs it holds
-# and keeps the others (the low-parameter arm is more than one session's cores).
-GROWN_ACROSS_SESSIONS = ("lowparam", "long")
-RESTORED = "restored_from"  # extra of a record rebuilt from a committed file
-
-
 def grid(name: str, store=None) -> list[Config]:
     """The tuning grid (widened where a best rate sits at its edge), then the final runs
     of every variant whose tuning runs are all cached, then the edge check."""
     from structattn_lite.records import RunStore
 
     store = store or RunStore()
-    if name in GROWN_ACROSS_SESSIONS or name in PENDING_CSV:
-        restore_committed(name, store)
-    tuning, done, missing = settled_tuning(name, lambda c: store.load(EXPERIMENT, c))
+    results.restore_committed(name, store)  # a grid whose files outlive a session
+    return configs_from(name, lambda c: store.load(EXPERIMENT, c))
+
+
+def configs_from(name: str, lookup) -> list[Config]:
+    """``grid(name)`` as the records settle it (``lookup(config)``: its record or None)."""
+    tuning, done, missing = settled_tuning(name, lookup)
     if not done:
         return tuning
     lrs = choose_lrs(done)
@@ -397,29 +399,6 @@ def settled_tuning(name: str, lookup) -> tuple[list[Config], list[RunRecord], se
         tuning += wider
 
 
-def restore_committed(name: str, store) -> list[RunRecord]:
-    """Save into ``store`` the grid's committed runs it lacks, and its pending ones
-    (``PENDING_CSV``), rebuilt from the committed histories (config, status and learning
-    curve; the per-step norms and measurements stay in the committed summary), so a later
-    session neither retrains them nor chooses its rates without them. ``export`` leaves
-    their committed rows as they are."""
-    from structattn_lite.records import load_histories
-    from structattn_lite.studies.attention.tables import load_committed_histories
-
-    sources = [(COMMITTED_CSV[name][1], load_committed_histories(name))]
-    pending = cfgmod.results_dir() / PENDING_CSV[name][1] if name in PENDING_CSV else None
-    if pending is not None and pending.exists():
-        sources.append((PENDING_CSV[name][1], load_histories(pending)))
-    restored = []
-    for source, records in sources:
-        for r in records:
-            if not store.path(EXPERIMENT, r.key).exists():
-                r.extra[RESTORED] = source
-                store.save(r)
-                restored.append(r)
-    return restored
-
-
 def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
     """Tune (widening where the grid asks), choose each variant's rate on validation,
     train the final runs, then the edge check (rates past the sweep, which do not change
@@ -434,32 +413,28 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
 
 
 def export(records: list[RunRecord], grid: str = "committed", pending: bool = False) -> list[Path]:
-    """The committed compact results: one CSV row per run (summary) and the histories.
-    ``pending``: into the grid's ``PENDING_CSV`` files instead, which its tables do not
-    read, keeping the pending runs an earlier session committed."""
-    from structattn_lite.records import export_histories
-    from structattn_lite.studies.attention.tables import summarize
+    """The committed compact results (``results.write``): one CSV row per run (summary)
+    and the histories, keeping the rows of the runs an earlier session committed.
+    ``pending``: into the grid's ``PENDING_CSV`` files, which its tables do not read. A
+    grid with pending files exports only once every run it asks for is in."""
+    cfgmod.check_choice("grid", grid, PENDING_CSV if pending else COMMITTED_CSV)
+    order = [config_hash(EXPERIMENT, c) for c in tuning_grid(grid)]  # finals follow
+    wanted = () if pending or grid not in PENDING_CSV else wanted_runs(grid, records)
+    return results.write(records, grid, order, pending=pending, wanted=wanted)
 
-    files = PENDING_CSV if pending else COMMITTED_CSV
-    runs_name, histories_name = files[cfgmod.check_choice("grid", grid, files)]
-    out = cfgmod.results_dir()
-    records = [r for r in records if RESTORED not in r.extra]  # their rows are committed
-    if not records:
-        return []
-    summary, frame = out / runs_name, summarize(records)
-    summary.parent.mkdir(parents=True, exist_ok=True)
-    keep = None
-    if pending or grid in GROWN_ACROSS_SESSIONS:  # a run store does not outlive its machine
-        keep = [config_hash(EXPERIMENT, c) for c in tuning_grid(grid)]  # finals follow
-        frame = frame.assign(key=[r.key for r in records])
-        frame = keep_committed_rows(summary, frame, ["key"], [(k,) for k in keep])
-    frame.to_csv(summary, index=False, float_format="%.6g")
-    paths = [summary, export_histories(records, out / histories_name, keep_order=keep)]
-    if pending:
-        return paths
-    if any(r.config["dataset"] == "ptb" for r in records):  # the floors the figures draw
-        from structattn_lite.studies.attention.tasks import floor_frame
 
-        floor_frame(load_corpus("ptb")).to_csv(out / FLOORS_CSV, index=False)
-        paths.append(out / FLOORS_CSV)
-    return paths
+def wanted_runs(name: str, records: list[RunRecord]) -> list[str]:
+    """The keys of every run grid ``name`` asks for, as its committed, pending and given
+    records settle it; ``ExportRefused`` when one of them is not among ``records``."""
+    known = {r.key: r for r in [*load_committed_histories(name), *load_pending_histories(name)]}
+    known.update({r.key: r for r in records})
+    keys = [config_hash(EXPERIMENT, c)
+            for c in configs_from(name, lambda c: known.get(config_hash(EXPERIMENT, c)))]  # fmt: skip
+    have = {r.key for r in records}
+    if missing := [k for k in keys if k not in have]:
+        raise ExportRefused(
+            f"grid {name!r} lacks {len(missing)} of its {len(keys)} runs (tuning at the "
+            "finals' budget, then the finals at the rates it chooses); export it with "
+            "--pending until they are in"
+        )
+    return keys

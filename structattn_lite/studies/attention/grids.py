@@ -152,9 +152,15 @@ FIRST_SWEEP_CSV = {
 SWEEPS = ("current", "first")
 # grid -> (runs, histories): the finished runs of a grid being retrained over sessions
 # (tuning, then the finals whose rate moved) that its committed tables do not read yet;
-# ``experiment.restore_committed`` brings them back into a fresh run store.
+# ``results.restore_committed`` brings them back into a fresh run store.
 PENDING_CSV = {
     "committed": ("pending/attention_runs.csv", "pending/attention_histories.csv.gz"),
+}
+# grid -> (runs, histories): a retuned grid's committed runs that it no longer asks for
+# (tuning over a shorter schedule, finals at a rate no longer chosen), moved here when
+# its pending runs join its committed files, so the history stays readable.
+RETIRED_CSV = {
+    "committed": ("attention_runs_retired.csv", "attention_histories_retired.csv.gz"),
 }
 # the n-gram floors of the text, exported beside the text grids for the figures to draw
 FLOORS_CSV = "attention_ngram_floors.csv"
