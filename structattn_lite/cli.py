@@ -22,6 +22,7 @@ import dataclasses
 import os
 import sys
 import tempfile
+import time
 
 from structattn_lite import __version__
 from structattn_lite.config import GRIDS, PROFILES
@@ -144,8 +145,11 @@ def _summary(records) -> str:
     return pd.DataFrame(rows).to_string(index=False)
 
 
+WAIT_FOR_OTHERS_S = 30  # between looks at runs another process holds
+
+
 def _run(args) -> int:
-    from structattn_lite.runs import sweep
+    from structattn_lite.runs import held_elsewhere, sweep
 
     configs = args.configs  # built and checked by _check
     with _unfinished_log() as log:
@@ -163,9 +167,16 @@ def _run(args) -> int:
             # A staged grid (attention: tune, then the finals; length: fit, then refit the
             # cells that did not) grows once its first stage is on disk: go on until it stops.
             grown = [] if args.only_cached else _configs(args)
-            if not grown or grown == configs:
+            if grown and grown != configs:
+                configs = grown
+                continue
+            # Runs another process trains may grow the grid once they are in: wait for them.
+            waiting = held_elsewhere(args.study, configs) if args.wait else []
+            if not waiting:
                 break
-            configs = grown
+            print(f"structattn: waiting for {len(waiting)} run(s) another process is training",
+                  file=sys.stderr)  # fmt: skip
+            time.sleep(WAIT_FOR_OTHERS_S)
         print(_summary(records) if records else "no finished runs")
         return _report_unfinished(log, records)
 
@@ -332,6 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed-batching",
         action="store_true",
         help="train runs that differ only in their seed together",
+    )
+    run.add_argument(
+        "--wait",
+        action="store_true",
+        help="before stopping, wait for the runs another process is training (a staged "
+        "grid's next stage may follow them), instead of exiting nonzero naming them",
     )
     _execution_options(run)
     run.set_defaults(func=_run)

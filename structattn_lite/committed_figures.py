@@ -102,6 +102,13 @@ def _attention_fraction_sweep_best():
     return ap.plot_fraction_sweep(low, rates="rates: each best on validation, per fraction")
 
 
+@_register("02_attention_committed_rate_sweeps")
+def _attention_rate_sweeps():
+    finals = at.main_finals(at.load_summary())
+    ran_at = finals[finals["dataset"] == "ptb"].groupby("variant")["lr"].first().to_dict()
+    return ap.plot_rate_sweeps(at.load_tuning_histories("committed"), ran_at)
+
+
 @_register("02_attention_lowparam")
 def _attention_lowparam():
     return lowparam.figure(at.load_summary("lowparam"), at.load_committed_histories("lowparam"))

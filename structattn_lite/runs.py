@@ -30,6 +30,25 @@ UNFINISHED_ENV = "STRUCTATTN_UNFINISHED"
 # --- the one sweep -------------------------------------------------------------------
 
 
+def held_elsewhere(study: Any, configs: Sequence[Any], store: RunStore | None = None) -> list[str]:
+    """The keys of ``configs`` with no finished record whose lock a live process holds:
+    runs another sweep is training now."""
+    from structattn_lite.locking import RunLock
+    from structattn_lite.studies import get_study
+
+    experiment, store = get_study(study).EXPERIMENT, store or RunStore()
+    held = []
+    for cfg in configs:
+        key = config_hash(experiment, cfg)
+        if store.load(experiment, cfg) is not None:
+            continue
+        lock = RunLock(store.path(experiment, key).with_suffix(".lock"))
+        owner = lock.owner()
+        if owner is not None and lock.stale_reason(owner) is None:
+            held.append(key)
+    return held
+
+
 def run_unit(
     study: Any,
     unit: Any,

@@ -521,6 +521,13 @@ def test_a_retuned_grid_replaces_its_committed_runs_only_once_every_run_is_in(
     assert not any((results_dir / f).exists() for f in grids.PENDING_CSV["committed"])
     histories = pd.read_csv(files[1])
     assert set(histories["key"]) == set(now["key"])
+    # both tuning schedules stay readable, each run once (the figure draws them)
+    tuning = tables.load_tuning_histories("committed")
+    assert len({r.key for r in tuning}) == len(tuning)
+    assert {r.config["recipe"]["max_steps"] for r in tuning if r.config["dataset"] == "ptb"} == {
+        600,
+        1000,
+    }
     # a fresh store gets the whole grid back: nothing left to train
     fresh = RunStore(tmp_path / "fresh")
     assert all(fresh.load("attention", c) for c in st.grid("committed", store=fresh))

@@ -28,7 +28,7 @@ from structattn_lite.records import (
     config_dict,
     config_hash,
 )
-from structattn_lite.runs import checkpoint_path, sweep
+from structattn_lite.runs import checkpoint_path, held_elsewhere, sweep
 from structattn_lite.studies.grokking import experiment as grokking
 from structattn_lite.training import checkpoint as ckpt_module
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun
@@ -332,6 +332,25 @@ def runs(tmp_path, monkeypatch):
 
 def smoke_configs():
     return cli._configs(cli.build_parser().parse_args(SMOKE))
+
+
+def test_run_waits_for_the_runs_another_process_holds_before_it_stops(runs, monkeypatch):
+    configs = smoke_configs()
+    store = RunStore(runs)
+    lock = RunLock(store.path(EXPERIMENT, config_hash(EXPERIMENT, configs[0])).with_suffix(".lock"))
+    lock.acquire()  # a live holder: as if another process trained this run
+    assert held_elsewhere(grokking, configs, store) == [config_hash(EXPERIMENT, configs[0])]
+    naps = []
+
+    def other_process_finishes(seconds):
+        naps.append(seconds)
+        store.save(fake_run(configs[0]))
+        lock.release()
+
+    monkeypatch.setattr(cli.time, "sleep", other_process_finishes)
+    assert cli.main([*SMOKE, "--wait"]) == 0  # its run came in while this command waited
+    assert naps == [cli.WAIT_FOR_OTHERS_S]
+    assert held_elsewhere(grokking, configs, store) == []
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,12 @@ def _attention_summary():
     return summarize(attention_records())
 
 
+def _committed_tuning():
+    from structattn_lite.studies.attention.tables import load_tuning_histories
+
+    return load_tuning_histories("committed")
+
+
 def _first_with(field: str):
     return next(r for r in attention_records() if r.extra.get(field))
 
@@ -114,6 +120,9 @@ def _cases():
         "attention.plot_weight_histograms": lambda: af.plot_weight_histograms(attention_records()),
         "attention.plot_attention_map": lambda: af.plot_attention_map(_first_with("maps")),
         "attention.plot_pruning": lambda: af.plot_pruning(attention_records()),
+        "attention.plot_rate_sweeps": lambda: af.plot_rate_sweeps(  # both tuning schedules
+            _committed_tuning(), {"dot": 4.8e-2}
+        ),
     }
     return cases
 

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
+from structattn_lite.studies.attention.experiment import rate_sweep, variant_label
 from structattn_lite.studies.attention.tables import float32_finals
 
 
@@ -110,6 +111,53 @@ def plot_fraction_sweep(summary: pd.DataFrame, rates: str | None = None) -> Figu
     ax.set(xlabel="fraction of the training text used", ylabel="test bits per character",
            title=f"{title}\n{rates}" if rates else title)  # fmt: skip
     ax.legend(fontsize=8)
+    return fig
+
+
+def plot_rate_sweeps(records: list[RunRecord], ran_at: dict[str, float] | None = None) -> Figure:
+    """One panel per language-model variant: the mean over seeds of each tuning run's best
+    validation bpc against its peak rate, a line per tuning schedule (its steps and seeds;
+    a ring on the rate it picks), and a dotted line at the rate the final runs trained at
+    (``ran_at``: variant -> rate). Where the lines' rings differ, the schedule decided."""
+    text = [r for r in records if r.config["dataset"] not in ("digits", "cifar10")]
+    if not text:
+        fig = Figure(figsize=figure_size(1, height=2))
+        fig.subplots().text(0.5, 0.5, "no tuning runs", ha="center")
+        return fig
+    frames = []
+    for steps in sorted({r.config["recipe"]["max_steps"] for r in text}):
+        sweep = rate_sweep([r for r in text if r.config["recipe"]["max_steps"] == steps])
+        frames.append(sweep.assign(steps=steps, variant=sweep["key"].str.split("|").str[1]))
+    frame = pd.concat(frames, ignore_index=True)
+    variants = list(dict.fromkeys(variant_label(r.config) for r in text))  # grid order
+    dashes = dict(zip(sorted(frame["steps"].unique()), ("--", "-", ":"), strict=False))
+    cols = min(4, len(variants))
+    rows = -(-len(variants) // cols)
+    fig = Figure(figsize=figure_size(2, height=2.1 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True)).ravel()
+    for ax, variant in zip(axes, variants, strict=False):
+        style = model_style(variant)
+        for steps, g in frame[frame["variant"] == variant].groupby("steps"):
+            ls = dashes[steps]
+            g = g.sort_values("lr")
+            seeds = int(g["seeds"].min())
+            ax.plot(g["lr"], g["best"], ls=ls, marker=style["marker"], color=style["color"],
+                    label=f"{steps:,} steps, {seeds} seed{'s' * (seeds > 1)}")  # fmt: skip
+            best = g.loc[g["best"].idxmin()]
+            ax.plot(best["lr"], best["best"], "o", ms=11, mfc="none", color=style["color"])
+        if ran_at and variant in ran_at:
+            ax.axvline(ran_at[variant], color="grey", ls=":", lw=0.9)
+        ax.set_xscale("log", base=2)
+        rates = sorted(frame["lr"].unique())
+        ax.set_xticks(rates, [f"{lr:g}" for lr in rates], fontsize=6, minor=False)
+        ax.set(title=textwrap.fill(style["name"], 24), xlabel="peak learning rate")
+        ax.legend(fontsize=6)
+    for ax in axes[::cols]:
+        ax.set_ylabel("best validation bpc\n(mean over seeds)")
+    for ax in axes[len(variants) :]:
+        ax.set_axis_off()
+    fig.suptitle("tuning: ring = the rate each schedule picks; dotted = the finals' rate",
+                 fontsize=9)  # fmt: skip
     return fig
 
 

@@ -21,6 +21,7 @@ from structattn_lite.studies.attention.grids import (
     FIRST_SWEEP_CSV,
     PENDING_CSV,
     RECIPE_TARGET_BPC,
+    RETIRED_CSV,
     SWEEPS,
     part,
 )
@@ -101,6 +102,19 @@ def load_pending_histories(grid: str = "committed") -> list[RunRecord]:
 
     path = results_dir() / PENDING_CSV[grid][1] if grid in PENDING_CSV else None
     return load_histories(path) if path is not None and path.exists() else []
+
+
+def load_tuning_histories(grid: str = "committed") -> list[RunRecord]:
+    """Every tuning run of a grid its committed files hold: current, pending and retired
+    (a run in more than one, once), so the rates a grid chose can be read across its
+    tuning schedules."""
+    from structattn_lite.config import results_dir
+    from structattn_lite.records import load_histories
+
+    retired = results_dir() / RETIRED_CSV[grid][1] if grid in RETIRED_CSV else None
+    runs = [*(load_histories(retired) if retired is not None and retired.exists() else []),
+            *load_committed_histories(grid), *load_pending_histories(grid)]  # fmt: skip
+    return list({r.key: r for r in runs if not r.config["read_test"]}.values())
 
 
 def budget_table(records: list[RunRecord], target: float = RECIPE_TARGET_BPC) -> pd.DataFrame:
