@@ -281,14 +281,18 @@ def sweep_shared_grid(root: str, role: str) -> None:
     """One of two processes on one grid: both wait until the other is ready; the second
     then starts once the first has begun its first run (so each joins the other mid-grid)."""
     root, marker = Path(root), Path(root) / "trained.txt"
+    store = RunStore(root / "runs")
+    study = ScriptedStudy(store, marker=marker, seconds=0.4)
+    # an empty sweep first: the modules a sweep imports on its first call load before the
+    # barrier, or on a busy machine the first process trains every run while the second
+    # is still importing them
+    sweep(study, [], store=store, progress=False)
     (root / f"ready-{role}").touch()
     deadline = time.monotonic() + 120
     while len(list(root.glob("ready-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.005)
     while role == "second" and not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.005)
-    store = RunStore(root / "runs")
-    study = ScriptedStudy(store, marker=marker, seconds=0.4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the runs the other process holds
         records = sweep(study, SHARED_GRID, store=store, progress=False)
