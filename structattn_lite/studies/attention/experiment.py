@@ -46,10 +46,7 @@ from structattn_lite.studies.attention.grids import (
     variant_configs,
 )
 from structattn_lite.studies.attention.recipe import Recipe, train
-from structattn_lite.studies.attention.tables import (
-    load_committed_histories,
-    load_pending_histories,
-)
+from structattn_lite.studies.attention.tables import committed_and_pending
 from structattn_lite.theory import SUPPORT_RULES
 
 EXPERIMENT = "attention"
@@ -426,8 +423,7 @@ def export(records: list[RunRecord], grid: str = "committed", pending: bool = Fa
 def wanted_runs(name: str, records: list[RunRecord]) -> list[str]:
     """The keys of every run grid ``name`` asks for, as its committed, pending and given
     records settle it; ``ExportRefused`` when one of them is not among ``records``."""
-    known = {r.key: r for r in [*load_committed_histories(name), *load_pending_histories(name)]}
-    known.update({r.key: r for r in records})
+    known = committed_and_pending(name) | {r.key: r for r in records}
     keys = [config_hash(EXPERIMENT, c)
             for c in configs_from(name, lambda c: known.get(config_hash(EXPERIMENT, c)))]  # fmt: skip
     have = {r.key for r in records}

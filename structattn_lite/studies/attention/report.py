@@ -50,6 +50,7 @@ from structattn_lite.studies.attention.figures import (
 from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, GRIDS, IMAGE_DATASETS
 from structattn_lite.studies.attention.tables import (
     budget_table,
+    committed_and_pending,
     difference,
     finals,
     float32_finals,
@@ -246,11 +247,9 @@ def retuning_table(grid: str = "committed") -> pd.DataFrame:
     marks the rate ``choose_lrs`` takes once every run is in), the rate the committed
     finals ran at, and whether they stand (the same rate: the same runs) or are retrained.
     Empty when the grid has no pending runs."""
-    pending = load_pending_histories(grid)
-    if not pending:
+    if not load_pending_histories(grid):
         return pd.DataFrame()
-    # a pending run, else a committed one with the same config (the same run)
-    runs = {r.key: r for r in [*load_committed_histories(grid), *pending]}
+    runs = committed_and_pending(grid)
     configs, done, _ = settled_tuning(grid, lambda c: runs.get(config_hash(EXPERIMENT, c)))
     tuned, wanted = [], {}
     for c in configs:

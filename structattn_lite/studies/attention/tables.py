@@ -104,6 +104,13 @@ def load_pending_histories(grid: str = "committed") -> list[RunRecord]:
     return load_histories(path) if path is not None and path.exists() else []
 
 
+def committed_and_pending(grid: str = "committed") -> dict[str, RunRecord]:
+    """run key -> record of every run a grid's committed and pending histories hold (a
+    pending run over a committed one with the same key: the same run)."""
+    runs = [*load_committed_histories(grid), *load_pending_histories(grid)]
+    return {r.key: r for r in runs}
+
+
 def load_tuning_histories(grid: str = "committed") -> list[RunRecord]:
     """Every tuning run of a grid its committed files hold: current, pending and retired
     (a run in more than one, once), so the rates a grid chose can be read across its
