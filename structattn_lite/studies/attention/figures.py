@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
@@ -130,7 +131,10 @@ def plot_rate_sweeps(records: list[RunRecord], ran_at: dict[str, float] | None =
         frames.append(sweep.assign(steps=steps, variant=sweep["key"].str.split("|").str[1]))
     frame = pd.concat(frames, ignore_index=True)
     variants = list(dict.fromkeys(variant_label(r.config) for r in text))  # grid order
-    dashes = dict(zip(sorted(frame["steps"].unique()), ("--", "-", ":"), strict=False))
+    # one line style per schedule, named once for the whole figure (a legend in every
+    # panel covered its curves); a point with fewer seeds than its schedule says how many
+    schedules = frame.groupby("steps")["seeds"].max()
+    dashes = dict(zip(schedules.index, ("--", "-", ":"), strict=False))
     cols = min(4, len(variants))
     rows = -(-len(variants) // cols)
     fig = Figure(figsize=figure_size(2, height=2.1 * rows), layout="constrained")
@@ -138,11 +142,12 @@ def plot_rate_sweeps(records: list[RunRecord], ran_at: dict[str, float] | None =
     for ax, variant in zip(axes, variants, strict=False):
         style = model_style(variant)
         for steps, g in frame[frame["variant"] == variant].groupby("steps"):
-            ls = dashes[steps]
             g = g.sort_values("lr")
-            seeds = int(g["seeds"].min())
-            ax.plot(g["lr"], g["best"], ls=ls, marker=style["marker"], color=style["color"],
-                    label=f"{steps:,} steps, {seeds} seed{'s' * (seeds > 1)}")  # fmt: skip
+            ax.plot(g["lr"], g["best"], ls=dashes[steps], marker=style["marker"],
+                    color=style["color"])  # fmt: skip
+            for _, cell in g[g["seeds"] < schedules[steps]].iterrows():
+                ax.annotate(f"{cell['seeds']} of {schedules[steps]}", (cell["lr"], cell["best"]),
+                            xytext=(0, 5), textcoords="offset points", ha="center", fontsize=5)  # fmt: skip
             best = g.loc[g["best"].idxmin()]
             ax.plot(best["lr"], best["best"], "o", ms=11, mfc="none", color=style["color"])
         if ran_at and variant in ran_at:
@@ -151,11 +156,18 @@ def plot_rate_sweeps(records: list[RunRecord], ran_at: dict[str, float] | None =
         rates = sorted(frame["lr"].unique())
         ax.set_xticks(rates, [f"{lr:g}" for lr in rates], fontsize=6, minor=False)
         ax.set(title=textwrap.fill(style["name"], 24), xlabel="peak learning rate")
-        ax.legend(fontsize=6)
     for ax in axes[::cols]:
         ax.set_ylabel("best validation bpc\n(mean over seeds)")
     for ax in axes[len(variants) :]:
         ax.set_axis_off()
+    handles = [Line2D([], [], color="grey", ls=dashes[steps], label=f"{steps:,} steps, "
+                      f"{seeds} seed{'s' * (seeds > 1)}") for steps, seeds in schedules.items()]  # fmt: skip
+    spare = axes[len(variants)] if len(variants) < len(axes) else None
+    if spare is not None:  # the empty panel holds the key
+        spare.legend(handles=handles, loc="center", fontsize=7, title="tuning schedule",
+                     title_fontsize=7, frameon=False)  # fmt: skip
+    else:
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=7)
     fig.suptitle("tuning: ring = the rate each schedule picks; dotted = the finals' rate",
                  fontsize=9)  # fmt: skip
     return fig
