@@ -190,7 +190,9 @@ def _export(args) -> int:
         records = sweep(
             study,
             study.grid(args.grid),
-            only_cached=args.only_cached,
+            # a pending export commits what has finished while `run` trains the rest: it
+            # must never start a third trainer beside the two processes of a grid
+            only_cached=args.only_cached or args.pending,
             threads=args.threads,
             executor=args.executor,
             address=args.address,
@@ -366,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--pending",
         action="store_true",
         help="write the grid's finished runs to its pending files (data/results/pending/), "
-        "which its tables do not read yet: a grid being retrained over sessions",
+        "which its tables do not read yet: a grid being retrained over sessions (trains "
+        "nothing, as with --only-cached)",
     )
     _execution_options(export)
     export.set_defaults(func=_export)

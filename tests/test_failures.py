@@ -379,6 +379,18 @@ def test_bad_arguments_give_one_line_before_anything_trains(runs, capsys, args):
     assert not list(runs.iterdir())  # nothing trained, nothing written
 
 
+def test_a_pending_export_trains_nothing(runs, monkeypatch, capsys):
+    # it commits what the grid's `run` processes have finished, and must not become a
+    # third trainer beside them (it did: it trained the grid's missing runs first)
+    from structattn_lite.studies.attention import experiment as attention
+
+    monkeypatch.setattr(attention, "grid", lambda name, store=None: attention.tuning_grid("smoke"))
+    monkeypatch.setattr(attention, "run", lambda *a, **k: pytest.fail("the export trained"))
+    assert cli.main(["export", "attention", "--grid", "committed", "--pending"]) == 1
+    assert "no finished run" in capsys.readouterr().err
+    assert not list(runs.rglob("*.json"))
+
+
 def test_run_exits_nonzero_naming_a_failed_run(runs, monkeypatch, capsys):
     failing = smoke_configs()[0]
 
