@@ -56,6 +56,18 @@ RULES = {
         "lies on the claimed side of 0 (or inside ± the margin, for an 'equal or better' "
         "claim), not reproduced when it lies wholly on the other side, undecided otherwise."
     ),
+    "interaction": (
+        f"(a - b in the first setting) - (a - b in the second), its {LEVEL:.0%} "
+        "Welch-Satterthwaite t interval: reproduced when it lies below 0 (a's edge is larger "
+        "in the first setting), not reproduced when above 0, undecided otherwise or with "
+        f"fewer than {MIN_SEEDS} seeds in a cell."
+    ),
+    "tuning": (
+        "a comparison between trained variants decides only when each variant's learning "
+        "rate was chosen on validation at the step budget the comparison reports, over at "
+        f"least {MIN_SEEDS} seeds; otherwise it is undecided, whatever its interval says, "
+        "because a rate tuned at another budget can decide it by accident."
+    ),
 }
 
 
@@ -91,9 +103,14 @@ def welch_difference(a: tuple, b: tuple, level: float = LEVEL) -> tuple[float, f
     return diff, diff - half, diff + half
 
 
+def finite_values(values: Sequence[float]) -> np.ndarray:
+    """The finite values of ``values`` (None and NaN dropped), as floats."""
+    return np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+
+
 def summary(values: Sequence[float]) -> tuple[float, float, int]:
     """(mean, sd, n) of the finite values, the form ``welch_difference`` takes."""
-    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    x = finite_values(values)
     if len(x) == 0:
         return math.nan, math.nan, 0
     return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x)
@@ -110,6 +127,24 @@ def interaction(a1, b1, a2, b2, level: float = LEVEL) -> tuple[float, float, flo
     dof = sum(v) ** 2 / sum(vi**2 / (n - 1) for vi, (*_, n) in zip(v, parts, strict=True))
     half = float(stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(sum(v)))
     return diff, diff - half, diff + half
+
+
+def interaction_difference(
+    a1, b1, a2, b2, *, where: str
+) -> tuple[tuple[float, float, float], str, str]:
+    """((diff, low, high), verdict, reason) for "a's edge over b is larger ``where`` (the
+    first setting) than in the second": ``interaction`` below 0."""
+    n = min(len(finite_values(x)) for x in (a1, b1, a2, b2))
+    if n < MIN_SEEDS:
+        nan = (math.nan, math.nan, math.nan)
+        return nan, UNDECIDED, f"{n} seed(s) in a cell, fewer than {MIN_SEEDS}"
+    diff, low, high = interaction(a1, b1, a2, b2)
+    text = f"interaction {diff:+.3f} [{low:+.3f}, {high:+.3f}] (negative: larger edge {where})"
+    if high < 0:
+        return (diff, low, high), REPRODUCED, text
+    if low > 0:
+        return (diff, low, high), NOT_REPRODUCED, text
+    return (diff, low, high), UNDECIDED, text
 
 
 def share_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
@@ -214,3 +249,13 @@ def difference(
     if hi < edge:
         return (diff, low, high), NOT_REPRODUCED, text
     return (diff, low, high), UNDECIDED, f"{text} contains {edge:+g}"
+
+
+def untuned(
+    result: tuple[tuple[float, float, float], str, str], how: str
+) -> tuple[tuple[float, float, float], str, str]:
+    """The tuning rule: ``result`` (from ``difference`` or ``interaction_difference``) of
+    a comparison whose rates were not chosen at its own budget is undecided, its interval
+    kept; ``how`` says how the rates were chosen."""
+    numbers, _, reason = result
+    return numbers, UNDECIDED, f"{reason}; rates chosen {how}"

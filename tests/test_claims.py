@@ -68,3 +68,20 @@ def test_claims_browser_follows_its_controls():
     dots = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
     assert dots == sum(len(v) for v in row["values"].values())  # every seed, both thresholds
     assert len(fig.axes[1].lines) >= 5  # the five seeds' curves, then the levels
+
+
+def _rate_runs(tune_steps, tune_seeds, final_steps=1000):
+    tuning = [{"dataset": "ptb", "tuning": True, "max_steps": tune_steps, "variant": v,
+               "lr": lr, "seed": s} for v in ("dot", "dense") for lr in (0.01, 0.02)
+              for s in range(tune_seeds)]  # fmt: skip
+    finals = [{"dataset": "ptb", "tuning": False, "max_steps": final_steps, "variant": v,
+               "lr": 0.01, "seed": s} for v in ("dot", "dense") for s in range(5)]  # fmt: skip
+    return pd.DataFrame(tuning + finals)
+
+
+def test_tuning_rule_reads_the_budget_and_seeds_of_a_grids_tuning_runs():
+    from structattn_lite.claims.attention import _untuned
+
+    assert _untuned(_rate_runs(1000, 3)) is None
+    assert _untuned(_rate_runs(600, 1)) == "over 600 steps of one seed, not at this budget"
+    assert "fewer than 3 seeds" in _untuned(_rate_runs(1000, 2))

@@ -68,3 +68,24 @@ def test_interaction_reduces_to_welch_when_one_contrast_is_exact():
     ref = stats.welch_difference(stats.summary(a), stats.summary(b))
     assert (diff, low, high) == pytest.approx(ref)
     assert math.isnan(stats.interaction(a, b, [1.0], flat)[1])
+
+
+def test_interaction_rule_reads_the_side_of_its_interval_and_needs_three_seeds():
+    high, low = [2.0, 2.1, 2.05, 2.02], [1.0, 1.1, 1.05, 1.02]
+    base = [0.0, 0.01, -0.01, 0.02]
+    # a - b is about 2 in the first setting and 1 in the second: a positive interaction
+    (diff, lo, hi), verdict, _ = stats.interaction_difference(high, base, low, base, where="at 1%")
+    assert verdict == stats.NOT_REPRODUCED and 0 < lo < diff < hi  # fmt: skip
+    verdict = stats.interaction_difference(low, base, high, base, where="x")[1]
+    assert verdict == stats.REPRODUCED
+    (diff, *_), verdict, reason = stats.interaction_difference(
+        high[:2], base, low, base, where="x")  # fmt: skip
+    assert verdict == stats.UNDECIDED and math.isnan(diff) and "2 seed(s)" in reason
+
+
+def test_tuning_rule_leaves_a_decided_comparison_undecided_and_keeps_its_interval():
+    decided = stats.difference([1.0, 1.1, 1.2, 1.05], [2.0, 2.1, 2.3, 2.2], claim="less")
+    assert decided[1] == stats.REPRODUCED
+    numbers, verdict, reason = stats.untuned(decided, "over 600 steps of one seed")
+    assert numbers == decided[0] and verdict == stats.UNDECIDED
+    assert reason.startswith(decided[2]) and "600 steps of one seed" in reason

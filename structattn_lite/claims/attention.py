@@ -13,24 +13,37 @@ from structattn_lite.claims.rows import read, row
 ATTENTION_COMMAND = "structattn run attention --grid committed"
 
 
-def _tuning(runs) -> tuple[str, str, bool]:
-    """How a d_model-128 grid's records chose each variant's rate, read off its tuning
-    runs on the text: their steps ("600"), their seeds ("one seed", "3 seeds"), and
-    whether they trained as long as the grid's finals."""
-    tuned = runs[runs["tuning"].astype(bool) & (runs["dataset"] == "ptb")]
+def _tuning(runs, dataset: str = "ptb") -> tuple[str, str, bool, bool]:
+    """How a grid's records chose each variant's rate on ``dataset``, read off its tuning
+    runs: their steps ("600"), their seeds ("one seed", "3 seeds"), whether they trained
+    as long as the grid's finals, and whether each rate had ``stats.MIN_SEEDS`` seeds."""
+    on = runs[runs["dataset"] == dataset]
+    tuned = on[on["tuning"].astype(bool)]
     steps = sorted(int(s) for s in tuned["max_steps"].unique())
     seeds = int(tuned.groupby(["variant", "lr"])["seed"].nunique().min())
-    budget = int(runs.loc[~runs["tuning"].astype(bool), "max_steps"].max())
+    budget = int(on.loc[~on["tuning"].astype(bool), "max_steps"].max())
     return (
         "/".join(f"{s:,}" for s in steps),
         ("one seed" if seeds == 1 else f"{seeds} seeds"),
         steps == [budget],
+        seeds >= stats.MIN_SEEDS,
     )
+
+
+def _untuned(runs, dataset: str = "ptb") -> str | None:
+    """None when ``runs`` chose their rates on ``dataset`` as the tuning rule asks
+    (``stats.RULES["tuning"]``); else how they chose them, for the reason of a row the
+    rule leaves undecided."""
+    steps, seeds, at_budget, enough = _tuning(runs, dataset)
+    if at_budget and enough:
+        return None
+    why = "not at this budget" if not at_budget else f"fewer than {stats.MIN_SEEDS} seeds"
+    return f"over {steps} steps of {seeds}, {why}"
 
 
 def committed_protocol(runs) -> str:
     """The committed grid's protocol, its tuning read off its runs."""
-    steps, seeds, at_budget = _tuning(runs)
+    steps, seeds, at_budget, _ = _tuning(runs)
     chosen = (f"at this budget over {seeds} (widened at the sweep's edge)" if at_budget
               else f"over {steps} steps of {seeds} (not at this budget)")  # fmt: skip
     return (
@@ -41,9 +54,21 @@ def committed_protocol(runs) -> str:
 
 
 def _attention_row(
-    ident: str, words: str, result, rule: str, values=(), *, protocol: str, **fields
+    ident: str,
+    words: str,
+    result,
+    rule: str,
+    values=(),
+    *,
+    protocol: str,
+    untuned: str | None = None,
+    **fields,
 ) -> dict:
-    (diff, low, high), verdict, reason = result
+    """A comparison's row; ``untuned`` (how the rates were chosen, when not as the tuning
+    rule asks) leaves it undecided."""
+    (diff, low, high), verdict, reason = (
+        result if untuned is None else stats.untuned(result, untuned)
+    )
     return row(values, id=ident, study="attention", claim=words, source="the attention card",
                 ours=diff, low=low, high=high, verdict=verdict, reason=reason, rule=rule,
                 protocol=protocol,
@@ -55,18 +80,11 @@ def _attention_row(
 def _interaction_row(ident, words, samples, names, where, **fields) -> dict:
     """A row for "the edge of a over b is larger in the first setting than in the second":
     (a1 - b1) - (a2 - b2), its Welch-Satterthwaite interval below 0."""
-    diff, lo, hi = stats.interaction(*samples)
-    verdict = (stats.UNDECIDED if math.isnan(lo) else stats.REPRODUCED if hi < 0 else
-               stats.NOT_REPRODUCED if lo > 0 else stats.UNDECIDED)  # fmt: skip
-    n = min(len(x) for x in samples)
-    reason = (f"interaction {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] (negative: larger edge {where})"
-              if not math.isnan(lo) else f"{n} seed(s) in a cell, too few for an interval")  # fmt: skip
-    return row({f"{v}, {at}": x for (v, at), x in zip(names, samples, strict=True)},
-               id=ident, study="attention", source="the attention card", claim=words,
-               ours=diff, low=lo, high=hi, seeds=n, verdict=verdict, reason=reason,
-               rule="interaction, Welch-Satterthwaite interval below 0",
-               grid=fields.pop("grid", "committed (attention)"),
-               command=fields.pop("command", ATTENTION_COMMAND), **fields)  # fmt: skip
+    result = stats.interaction_difference(*samples, where=where)
+    return _attention_row(
+        ident, words, result, "interaction, Welch-Satterthwaite interval below 0",
+        {f"{v}, {at}": x for (v, at), x in zip(names, samples, strict=True)},
+        seeds=min(len(x) for x in samples), **fields)  # fmt: skip
 
 
 def _not_worse_than_dense(ident, where, split, bpc_of, **fields) -> list[dict]:
@@ -103,9 +121,12 @@ def low_parameters() -> list[dict]:
     runs end on the early stop; the full-text runs mostly reach the step cap first.)"""
     from structattn_lite.studies.attention import lowparam
 
-    cells = lowparam.interaction_inputs(read("attention_lowparam_runs.csv"))
+    runs = read("attention_lowparam_runs.csv")
+    if runs is None:
+        return []
+    cells = lowparam.interaction_inputs(runs)
     m = "matroidal m=2d"
-    fields = dict(protocol=LOWPARAM_PROTOCOL, grid="lowparam (attention)",
+    fields = dict(protocol=LOWPARAM_PROTOCOL, untuned=_untuned(runs), grid="lowparam (attention)",
                   notebook="02, few parameters", command=LOWPARAM_COMMAND)  # fmt: skip
     rows = []
     for d in (32, 64):
@@ -132,7 +153,7 @@ def low_parameters() -> list[dict]:
 
 def long_protocol(runs) -> str:
     """The long grid's protocol: the committed grid's rates, tuned as its runs say."""
-    steps, seeds, _ = _tuning(runs)
+    steps, seeds, *_ = _tuning(runs)
     return (
         "2-layer, 8-head Transformer, d_model 128, character PTB, context 128, batch 32, "
         f"8,000 steps; each variant at the rate the committed grid chose ({steps} steps of "
@@ -150,7 +171,7 @@ def long_budget() -> list[dict]:
     return _not_worse_than_dense(
         "attention/long/not_worse", "after 8,000 steps, ", "validation",
         lambda variant: finals.loc[finals["variant"] == variant, "val_bpc"].tolist(),
-        protocol=long_protocol(runs), grid="long (attention)", notebook="02, at a longer budget",
+        protocol=long_protocol(runs), untuned=_untuned(runs), grid="long (attention)", notebook="02, at a longer budget",
         command="structattn run attention --grid long")  # fmt: skip
 
 
@@ -168,7 +189,8 @@ def attention() -> list[dict]:
         return []
     finals = runs[~runs["tuning"].astype(bool)]
     protocol = committed_protocol(runs)
-    attention_row = functools.partial(_attention_row, protocol=protocol)
+    untuned = _untuned(runs)
+    attention_row = functools.partial(_attention_row, protocol=protocol, untuned=untuned)
 
     def col(part, variant, column, fraction=1.0, precision="float32"):
         pick = finals[
@@ -242,7 +264,7 @@ def attention() -> list[dict]:
             f"attention/low_data/{base}", f"{m}'s edge over {base} is larger with 1% of the "
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
             (base, "100%")], "at 1%", protocol=protocol + "; 1% and 100% of the "
-            "text", notebook="02, low data"))  # fmt: skip
+            "text", notebook="02, low data", untuned=untuned))  # fmt: skip
     rows += long_budget()
     rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}
@@ -258,19 +280,19 @@ def attention() -> list[dict]:
         )
     )
     pruned = col("main", m, "prune_val_bpc_0.5")
-    rows.append(attention_row(
+    rows.append(_attention_row(  # one variant against itself: the tuning rule has no say
         "attention/pruning", f"{m} keeps its validation bpc (within {bpc}) with half its "
         "coefficients pruned and a short fine-tune", stats.difference(
             col("main", m, "val_bpc"), pruned, margin=bpc, claim="not_worse"),
         f"unpruned minus pruned, Welch; 'not worse' when above -{bpc} bpc",
         {"unpruned": col("main", m, "val_bpc"), "half pruned": pruned},
-        seeds=len(pruned)))  # fmt: skip
+        seeds=len(pruned), protocol=protocol))  # fmt: skip
     a, b = col("digits", m, "test_acc"), col("digits", "dense", "test_acc")
     rows.append(attention_row(
         "attention/digits", f"{m} classifies 8x8 digits as well as dense (test accuracy "
         f"within {stats.ACCURACY_MARGIN})", stats.difference(
             a, b, margin=stats.ACCURACY_MARGIN, claim="not_worse"),
         f"matroidal minus dense, Welch; 'not worse' when above -{stats.ACCURACY_MARGIN}",
-        {m: a, "dense": b}, seeds=len(a),
+        {m: a, "dense": b}, seeds=len(a), untuned=_untuned(runs, "digits"),
         protocol="digits as 4x4 patch tokens, 400 steps, 5 seeds; test accuracy"))  # fmt: skip
     return rows
