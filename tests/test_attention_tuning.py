@@ -187,48 +187,39 @@ def test_rate_drift_names_runs_trained_at_rates_their_source_grid_no_longer_choo
     assert moved.values.tolist() == [["dot", 6e-3, 2.4e-2]]  # the low-data rate never enters
 
 
-def test_rate_transfer_reads_the_finals_validation_at_both_sweeps_rates():
-    def finals_at(lr, vals):
-        rows = [{"variant": v, "lr": lr, "val_bpc": x + 0.01 * s, "test_bpc": 9.9, "seed": s,
-                 "part": "main", "tuning": False, "dataset": "ptb", "max_steps": 1000}
-                for v, x in vals.items() for s in range(3)]  # fmt: skip
-        return pd.DataFrame(rows)
+def test_the_rate_history_reads_every_sweep_a_grid_keeps_oldest_first(tmp_path, monkeypatch):
+    def sweep(lr, vals, tune_steps, tune_seeds, seeds=3):
+        finals = [{"variant": v, "lr": lr, "val_bpc": x + 0.01 * s, "seed": s, "part": "main",
+                   "tuning": False, "dataset": "ptb", "max_steps": 1000}
+                  for v, x in vals.items() for s in range(seeds)]  # fmt: skip
+        tuning = [{**finals[0], "lr": r, "seed": k, "tuning": True, "max_steps": tune_steps,
+                   "val_bpc": 9.0} for r in (lr / 2, lr) for k in range(tune_seeds)]  # fmt: skip
+        digits = {**tuning[0], "dataset": "digits", "part": "digits", "max_steps": 9}
+        return pd.DataFrame([*finals, *tuning, digits])  # digits and tuning never enter
 
-    first = finals_at(6e-3, {"dot": 2.0, "dense": 2.4, "matroidal m=2d": 2.5})
-    tuning_row = {"variant": "dense", "lr": 6e-3, "val_bpc": 0.0, "part": "main", "tuning": True,
-                  "dataset": "ptb", "max_steps": 600}  # fmt: skip
-    first = pd.concat([first, pd.DataFrame([tuning_row])])  # tuning runs never enter
-    current = pd.concat([
-        finals_at(4.8e-2, {"dot": 2.1}), finals_at(2.4e-2, {"dense": 2.1}),
-        finals_at(6e-3, {"matroidal m=2d": 2.5}),
-        finals_at(6e-3, {"low-data only": 2.0}).assign(part="low data"),
-        pd.DataFrame([tuning_row]), pd.DataFrame([{**tuning_row, "dataset": "digits", "max_steps": 9}]),
-    ])  # fmt: skip
-    table = tr.rate_transfer_table(first, current).set_index("variant")
-    assert list(table.index) == ["dot", "dense", "matroidal m=2d"]
-    assert table.loc["dot", "on validation"] == "0.006 better"
-    assert table.loc["dense", "on validation"] == "0.024 better"
-    assert table.loc["dense", "current minus first"].startswith("-0.300 [")
-    assert table.loc["matroidal m=2d", "on validation"] == "same rate"
-    # one seed at the current rate: no interval, apart from "no difference shown"
-    one = current[~((current["variant"] == "dot") & (current["seed"] > 0))]
-    table = tr.rate_transfer_table(first, one).set_index("variant")
-    assert table.loc["dot", "on validation"] == "no interval"
-    assert table.loc["dot", "current minus first"].endswith("[+nan, +nan] (n=1)")
-    assert table.loc["dense", "on validation"] == "0.024 better"
-
-
-def test_the_sweep_history_sets_each_committed_grids_two_sweeps_side_by_side():
-    history = tr.sweep_history()  # the committed records: every first-sweep final at 0.006
-    assert set(history.index.get_level_values("grid")) == set(grids.FIRST_SWEEP_CSV)
-    steps = {g: s for g, s, _ in history.index}
-    assert steps == {g: grids.GRIDS[g]["recipe"]["max_steps"] for g in grids.FIRST_SWEEP_CSV}
-    assert set(history["first sweep: rate"]) == {"0.006"}
-    long = history.loc["long"].reset_index("steps", drop=True)  # every variant of both
-    variants = [
-        set(tables.main_finals(tables.load_summary("long", s))["variant"]) for s in grids.SWEEPS
-    ]
-    assert set(long.index) == set.intersection(*variants)
+    files = {"first sweep": grids.FIRST_SWEEP_CSV, "retired": grids.RETIRED_CSV,
+             "committed": grids.COMMITTED_CSV}  # fmt: skip
+    made = {"first sweep": sweep(6e-3, {"dot": 2.0, "dense": 2.4}, 600, 1),
+            "retired": sweep(4.8e-2, {"dot": 2.1}, 600, 1),
+            "committed": pd.concat([sweep(1.2e-2, {"dot": 1.8}, 1000, 3),
+                                    sweep(6e-3, {"dense": 2.4}, 1000, 3, seeds=1)])}  # fmt: skip
+    for name, frame in made.items():
+        path = tmp_path / files[name]["committed"][0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(path, index=False)
+    monkeypatch.setattr(st.cfgmod, "results_dir", lambda: tmp_path)
+    history = tr.rate_history(("committed",)).loc[("committed", 1000)]
+    dot = history.loc["dot"]
+    assert list(dot.index) == ["first sweep", "retired", "committed"]
+    assert list(dot["rate"]) == ["0.006", "0.048", "0.012"]
+    assert list(dot["tuned over"]) == ["600 steps, one seed"] * 2 + ["1,000 steps, 3 seeds"]
+    assert dot.loc["committed", "rates tried"] == "0.006/0.012"
+    assert dot.loc["retired", "change from the sweep before"].startswith("+0.100 [")
+    assert dot.loc["retired", "change from the sweep before"].endswith("worse")
+    assert dot.loc["committed", "change from the sweep before"].endswith("better")
+    dense = history.loc["dense"]  # no retired runs; one seed at the newest rate
+    assert list(dense.index) == ["first sweep", "committed"]
+    assert dense.loc["committed", "change from the sweep before"].endswith("no interval")
 
 
 def test_best_known_keeps_each_variant_at_its_better_rate_on_validation():
@@ -456,11 +447,6 @@ def test_a_grid_being_retuned_keeps_its_runs_pending_until_its_finals_are_retrai
     assert [path.read_bytes() for path in files] == before  # the tables read what they did
     pending = tables.load_pending_histories("committed")
     assert {r.key for r in pending} == {r.key for r in runs}
-    table = tr.retuning_table("committed").set_index(["dataset", "variant"]).loc["ptb"]
-    assert table.loc["dot", "chosen at the finals' budget"] == "0.024"
-    assert table.loc["dot", "0.024"] == "2.000* (3)"
-    assert table.loc["dot", "committed finals"] == "to retrain"
-    assert table.loc["dense", "chosen at the finals' budget"] == "1 of 9 runs in"
     # a fresh store gets them back: no pending run retrains, dot's finals wait at 0.024
     store = RunStore(tmp_path / "runs")
     configs = st.grid("committed", store=store)

@@ -7,34 +7,18 @@ import math
 
 from structattn_lite import stats
 from structattn_lite.claims.rows import read, row
+from structattn_lite.studies.attention.tables import tuning_schedule
 
 # --- the attention card -----------------------------------------------------------------
 
 ATTENTION_COMMAND = "structattn run attention --grid committed"
 
 
-def _tuning(runs, dataset: str = "ptb") -> tuple[str, str, bool, bool]:
-    """How a grid's records chose each variant's rate on ``dataset``, read off its tuning
-    runs: their steps ("600"), their seeds ("one seed", "3 seeds"), whether they trained
-    as long as the grid's finals, and whether each rate had ``stats.MIN_SEEDS`` seeds."""
-    on = runs[runs["dataset"] == dataset]
-    tuned = on[on["tuning"].astype(bool)]
-    steps = sorted(int(s) for s in tuned["max_steps"].unique())
-    seeds = int(tuned.groupby(["variant", "lr"])["seed"].nunique().min())
-    budget = int(on.loc[~on["tuning"].astype(bool), "max_steps"].max())
-    return (
-        "/".join(f"{s:,}" for s in steps),
-        ("one seed" if seeds == 1 else f"{seeds} seeds"),
-        steps == [budget],
-        seeds >= stats.MIN_SEEDS,
-    )
-
-
 def _untuned(runs, dataset: str = "ptb") -> str | None:
     """None when ``runs`` chose their rates on ``dataset`` as the tuning rule asks
     (``stats.RULES["tuning"]``); else how they chose them, for the reason of a row the
     rule leaves undecided."""
-    steps, seeds, at_budget, enough = _tuning(runs, dataset)
+    steps, seeds, at_budget, enough = tuning_schedule(runs, dataset)
     if at_budget and enough:
         return None
     why = "not at this budget" if not at_budget else f"fewer than {stats.MIN_SEEDS} seeds"
@@ -43,7 +27,7 @@ def _untuned(runs, dataset: str = "ptb") -> str | None:
 
 def committed_protocol(runs) -> str:
     """The committed grid's protocol, its tuning read off its runs."""
-    steps, seeds, at_budget, _ = _tuning(runs)
+    steps, seeds, at_budget, _ = tuning_schedule(runs)
     chosen = (f"at this budget over {seeds} (widened at the sweep's edge)" if at_budget
               else f"over {steps} steps of {seeds} (not at this budget)")  # fmt: skip
     return (
@@ -153,7 +137,7 @@ def low_parameters() -> list[dict]:
 
 def long_protocol(runs) -> str:
     """The long grid's protocol: the committed grid's rates, tuned as its runs say."""
-    steps, seeds, *_ = _tuning(runs)
+    steps, seeds, *_ = tuning_schedule(runs)
     return (
         "2-layer, 8-head Transformer, d_model 128, character PTB, context 128, batch 32, "
         f"8,000 steps; each variant at the rate the committed grid chose ({steps} steps of "

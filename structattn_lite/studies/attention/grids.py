@@ -143,8 +143,8 @@ COMMITTED_CSV = {
 # grid -> (runs, histories or None): the committed grids' records from the first sweep
 # (rates 0.003/0.006; every variant kept 0.006), kept beside the current ones when the
 # sweep was widened: their finals are the numbers at that rate, so
-# ``report.rate_transfer_table`` can say whether the short schedule's choice holds
-# at 1,000 steps (committed) and at 8,000 (long).
+# ``report.rate_history`` can say whether the short schedule's choice holds at 1,000
+# steps (committed) and at 8,000 (long).
 FIRST_SWEEP_CSV = {
     "committed": ("attention_runs_first_sweep.csv", None),
     "long": ("attention_long_runs_first_sweep.csv", "attention_long_histories_first_sweep.csv.gz"),

@@ -12,9 +12,9 @@ Between rates: a grid's ``lrs`` are its sweep, and each variant keeps the rate w
 best validation number among them (``experiment.choose_lrs``); ``edge_lrs`` are tuning
 runs on the same terms at rates past the sweep, trained after the finals, which never
 change the choice but show whether the sweep's edge capped it (``tuning_table``). The
-committed grids kept their first sweep's final runs, so whether a rate chosen over a
-short tuning schedule also wins over the finals' budget is read from the final runs of
-two sweeps (``rate_transfer_table``; the notebook's appendix, ``sweep_history``).
+committed grids keep the final runs of each earlier sweep, so whether a rate chosen over
+a short tuning schedule also wins over the finals' budget is read from the final runs of
+every sweep (the notebook's appendix, ``rate_history``).
 """
 
 from __future__ import annotations
@@ -27,17 +27,11 @@ import pandas as pd
 from structattn_lite import stats
 from structattn_lite.data import FALLBACK_LABEL, load_corpus
 from structattn_lite.models.attention_checks import gradient_agreement
-from structattn_lite.records import config_hash
 from structattn_lite.report import grid_markdown, save_figure
 from structattn_lite.studies.attention.experiment import (
-    EXPERIMENT,
-    choose_lrs,
-    rate_sweep,
     resolve_dataset,
     run_grid,
-    settled_tuning,
     tuning_grid,
-    variant_key,
 )
 from structattn_lite.studies.attention.figures import (
     plot_fraction_sweep,
@@ -47,10 +41,9 @@ from structattn_lite.studies.attention.figures import (
     plot_weight_histograms,
     run_browser,
 )
-from structattn_lite.studies.attention.grids import FIRST_SWEEP_CSV, GRIDS, IMAGE_DATASETS
+from structattn_lite.studies.attention.grids import GRIDS, IMAGE_DATASETS
 from structattn_lite.studies.attention.tables import (
     budget_table,
-    committed_and_pending,
     difference,
     finals,
     float32_finals,
@@ -58,12 +51,13 @@ from structattn_lite.studies.attention.tables import (
     grid_caption,
     interval,
     load_committed_histories,
-    load_pending_histories,
     load_summary,
+    load_sweeps,
     main_finals,
     measurement_table,
     pruning_table,
     summarize,
+    tuning_schedule,
 )
 from structattn_lite.studies.attention.tasks import floor_table
 
@@ -71,8 +65,8 @@ __all__ = [  # what the notebook calls, defined here or in tables and figures
     "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
     "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
     "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
-    "profile_plan", "pruning_table", "rate_drift", "retuning_table", "run_browser", "run_profile", "summarize",
-    "sweep_history", "tuning_table",
+    "profile_plan", "pruning_table", "rate_drift", "run_browser", "run_profile", "summarize",
+    "rate_history", "tuning_table",
 ]  # fmt: skip
 DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
 
@@ -212,73 +206,6 @@ def load_first_sweep() -> pd.DataFrame | None:
     return load_summary("committed", sweep="first")
 
 
-def rate_transfer_table(first: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
-    """Per variant of the main comparison: full-budget validation bpc of the final runs at
-    the first sweep's rate and at the rate the current sweep keeps (mean ± 95% t over
-    seeds), and the difference (current minus first, 95% Welch t; negative: the current
-    rate is better). Reads validation only, as the choice did."""
-    old, new = main_finals(first), main_finals(current)
-    rows = []
-    for variant, now in new.groupby("variant", sort=False):
-        before = old[old["variant"] == variant]
-        if before.empty:
-            continue
-        d, lo, hi, n = difference(before["val_bpc"], now["val_bpc"])
-        lr_old, lr_new = before["lr"].iloc[0], now["lr"].iloc[0]
-        if np.isclose(lr_old, lr_new):
-            word = "same rate"
-        elif math.isnan(lo):
-            word = "no interval"
-        else:
-            word = f"{lr_new:g} better" if hi < 0 else f"{lr_old:g} better" if lo > 0 else "no difference shown"  # fmt: skip
-        rows.append({
-            "variant": variant, "first sweep: rate": f"{lr_old:g}",
-            "first sweep: val bpc": interval(before["val_bpc"]), "current: rate": f"{lr_new:g}",
-            "current: val bpc": interval(now["val_bpc"]),
-            "current minus first": f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n})",
-            "on validation": word,
-        })  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def retuning_table(grid: str = "committed") -> pd.DataFrame:
-    """A grid being retuned at its finals' own budget (its pending runs): per variant, the
-    mean over the tuning seeds of each rate's best validation number (``rate_sweep``; *
-    marks the rate ``choose_lrs`` takes once every run is in), the rate the committed
-    finals ran at, and whether they stand (the same rate: the same runs) or are retrained.
-    Empty when the grid has no pending runs."""
-    if not load_pending_histories(grid):
-        return pd.DataFrame()
-    runs = committed_and_pending(grid)
-    configs, done, _ = settled_tuning(grid, lambda c: runs.get(config_hash(EXPERIMENT, c)))
-    tuned, wanted = [], {}
-    for c in configs:
-        record = runs.get(config_hash(EXPERIMENT, c))
-        tuned += [record] if record is not None else []
-        wanted.setdefault(variant_key(c), []).append(record is not None)
-    chosen, sweep = choose_lrs(done), rate_sweep(tuned)
-    ran = finals(load_summary(grid)).groupby(["dataset", "variant"])["lr"].first()
-    rows = []
-    for key, found in wanted.items():
-        dataset, variant, _ = key.split("|")
-        settled = all(found)
-        row = {"dataset": dataset, "variant": variant}
-        for _, cell in sweep[sweep["key"] == key].iterrows():
-            star = "*" if settled and cell["lr"] == chosen[key] else ""
-            row[f"{cell['lr']:g}"] = f"{cell['best']:.3f}{star} ({cell['seeds']})"
-        before = ran.get((dataset, variant), math.nan)
-        row["chosen at the finals' budget"] = (
-            f"{chosen[key]:g}" if settled else f"{sum(found)} of {len(found)} runs in"
-        )
-        row["committed finals ran at"] = f"{before:g}"
-        row["committed finals"] = ("" if not settled else "stand (same runs)"
-                                   if np.isclose(before, chosen[key]) else "to retrain")  # fmt: skip
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    rates = sorted((c for c in table.columns if c[0].isdigit()), key=float)
-    return table[["dataset", "variant", *rates, *table.columns[2:].drop(rates)]].fillna("")
-
-
 def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> pd.DataFrame:
     """The final float32 runs of ``parts`` with each variant, at each fraction of the
     text, at the better of its two sweeps' rates on validation (lower mean validation bpc
@@ -296,20 +223,44 @@ def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> p
     return pd.concat(chosen, ignore_index=True) if chosen else new.assign(sweep=[])
 
 
-def sweep_history() -> pd.DataFrame:
-    """The appendix: per committed grid that kept its first sweep's final runs, each main
-    variant's validation bpc at the first sweep's rate and at the current one
-    (``rate_transfer_table``), with the finals' budget in steps."""
-    blocks = []
-    for grid in FIRST_SWEEP_CSV:
-        first, current = load_summary(grid, "first"), load_summary(grid)
-        if first is not None and current is not None:
-            steps = int(finals(current)["max_steps"].max())
-            table = rate_transfer_table(first, current)
-            blocks.append(
-                table.assign(grid=grid, steps=steps).set_index(["grid", "steps", "variant"])
-            )
-    return pd.concat(blocks) if blocks else pd.DataFrame()
+def rate_history(grids=("committed", "long")) -> pd.DataFrame:
+    """The appendix: how each grid's main variants came to their rates. Per grid (its
+    finals' budget in steps), variant and sweep of final runs its files keep
+    (``load_sweeps``, oldest first): the rates its tuning runs tried, over how many steps
+    and seeds, the rate its finals ran at, their validation bpc (mean, 95% t), and the
+    change from the variant's sweep before (later minus earlier, 95% Welch t; negative:
+    the later rate is better on validation)."""
+    rows = []
+    for grid in grids:
+        sweeps = [(name, frame) for name, frame in load_sweeps(grid) if len(main_finals(frame))]
+        if not sweeps:
+            continue
+        steps = max(int(main_finals(f)["max_steps"].max()) for _, f in sweeps)
+        variants = dict.fromkeys(v for _, f in sweeps for v in main_finals(f)["variant"])
+        for variant in variants:
+            before = None
+            for name, frame in sweeps:
+                now = main_finals(frame)
+                now = now[now["variant"] == variant]
+                if now.empty:
+                    continue
+                tuned = frame[frame["tuning"].astype(bool) & (frame["variant"] == variant)
+                              & (frame["dataset"] == now["dataset"].iloc[0])]  # fmt: skip
+                over, seeds, *_ = tuning_schedule(frame, now["dataset"].iloc[0])
+                change = ""
+                if before is not None:
+                    d, lo, hi, n = difference(before["val_bpc"], now["val_bpc"])
+                    word = ("no interval" if math.isnan(lo) else "better" if hi < 0
+                            else "worse" if lo > 0 else "no difference shown")  # fmt: skip
+                    change = f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n}): {word}"
+                rows.append({
+                    "grid": grid, "steps": steps, "variant": variant, "records": name,
+                    "rates tried": "/".join(f"{lr:g}" for lr in sorted(tuned["lr"].unique())),
+                    "tuned over": f"{over} steps, {seeds}", "rate": f"{now['lr'].iloc[0]:g}",
+                    "val bpc": interval(now["val_bpc"]), "change from the sweep before": change,
+                })  # fmt: skip
+                before = now
+    return pd.DataFrame(rows).set_index(["grid", "steps", "variant", "records"])
 
 
 # --- the notebook's steps --------------------------------------------------------------

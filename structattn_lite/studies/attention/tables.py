@@ -124,6 +124,41 @@ def load_tuning_histories(grid: str = "committed") -> list[RunRecord]:
     return list({r.key: r for r in runs if not r.config["read_test"]}.values())
 
 
+def load_sweeps(grid: str = "committed") -> list[tuple[str, pd.DataFrame]]:
+    """A grid's run summaries from every learning-rate sweep its files keep, oldest first,
+    each named by the file it comes from: "first sweep" (``FIRST_SWEEP_CSV``), "retired"
+    (finals at rates a retuning no longer chooses), "committed", "pending" (a retuning's
+    runs not yet committed)."""
+    from structattn_lite.config import results_dir
+
+    files = [("first sweep", FIRST_SWEEP_CSV), ("retired", RETIRED_CSV),
+             ("committed", COMMITTED_CSV), ("pending", PENDING_CSV)]  # fmt: skip
+    out = []
+    for name, table in files:
+        path = results_dir() / table[grid][0] if grid in table else None
+        if path is not None and path.exists():
+            out.append((name, pd.read_csv(path)))
+    return out
+
+
+def tuning_schedule(runs: pd.DataFrame, dataset: str = "ptb") -> tuple[str, str, bool, bool]:
+    """How ``runs`` (a grid's summary) chose each variant's rate on ``dataset``, read off
+    its tuning runs: their steps ("600"), their seeds ("one seed", "3 seeds"), whether they
+    trained as long as the grid's finals, and whether each rate had ``stats.MIN_SEEDS``
+    seeds (what ``stats.RULES["tuning"]`` asks)."""
+    on = runs[runs["dataset"] == dataset]
+    tuned = on[on["tuning"].astype(bool)]
+    steps = sorted(int(s) for s in tuned["max_steps"].unique())
+    seeds = int(tuned.groupby(["variant", "lr"])["seed"].nunique().min())
+    budget = int(on.loc[~on["tuning"].astype(bool), "max_steps"].max())
+    return (
+        "/".join(f"{s:,}" for s in steps),
+        ("one seed" if seeds == 1 else f"{seeds} seeds"),
+        steps == [budget],
+        seeds >= stats.MIN_SEEDS,
+    )
+
+
 def budget_table(records: list[RunRecord], target: float = RECIPE_TARGET_BPC) -> pd.DataFrame:
     """Per final language-model run: the first evaluation at or below ``target``
     validation bpc (step and core-minutes of training then), and the best it reached."""
