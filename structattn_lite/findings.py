@@ -79,7 +79,7 @@ def ledger_figure(table: pd.DataFrame):
 # interaction that must lie below 0 (the claim's side).
 ATTENTION_PANELS = {  # title -> the ids it holds (a regular expression)
     "not worse: baseline minus matroidal (bpc), above the margin":
-        r"attention/(not_worse/.*|low_parameters/d\d+/.*|stable/bfloat16|pruning)",
+        r"attention/((long/)?not_worse/.*|low_parameters/d\d+/.*|stable/bfloat16|pruning)",
     "below 0: interaction or difference (bpc)":
         r"attention/(low_data/.*|low_parameters(/dot)?|best_m)",
 }  # fmt: skip
@@ -106,8 +106,10 @@ def attention_figure(table: pd.DataFrame):
             if pd.isna(r["low"]):
                 ax.text(0, yy, "no runs yet", fontsize=5.5, va="center", ha="center", color="0.4")
                 continue
+            color = VERDICT_COLOR[r["verdict"]]
+            hollow = f"; {stats.UNTUNED} " in r["reason"]  # the tuning rule decided it
             ax.errorbar(r["ours"], yy, xerr=[[r["ours"] - r["low"]], [r["high"] - r["ours"]]],
-                        fmt="o", ms=3, lw=1, color=VERDICT_COLOR[r["verdict"]])  # fmt: skip
+                        fmt="o", ms=3, lw=1, color=color, mfc="white" if hollow else color)  # fmt: skip
         ax.set_yticks(y, [r.removeprefix("attention/").replace("/", " · ") for r in rows["id"]],
                       fontsize=5.5)  # fmt: skip
         ends = pd.concat([rows["low"], rows["high"]]).dropna().abs()
@@ -117,7 +119,9 @@ def attention_figure(table: pd.DataFrame):
     axes[-1].set_xlabel("bits per character; dots coloured by verdict")
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v)
                for v, c in VERDICT_COLOR.items()]  # fmt: skip
-    fig.legend(handles=handles, fontsize=6, loc="lower center", ncol=3, frameon=False)
+    handles.append(plt.Line2D([], [], marker="o", ls="", color=VERDICT_COLOR[stats.UNDECIDED],
+                              mfc="white", label="undecided: rates not tuned at this budget"))  # fmt: skip
+    fig.legend(handles=handles, fontsize=6, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 

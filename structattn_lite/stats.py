@@ -251,6 +251,9 @@ def difference(
     return (diff, low, high), UNDECIDED, f"{text} contains {edge:+g}"
 
 
+UNTUNED = "rates chosen"  # how a reason the tuning rule decided begins its last clause
+
+
 def untuned(
     result: tuple[tuple[float, float, float], str, str], how: str
 ) -> tuple[tuple[float, float, float], str, str]:
@@ -258,4 +261,4 @@ def untuned(
     a comparison whose rates were not chosen at its own budget is undecided, its interval
     kept; ``how`` says how the rates were chosen."""
     numbers, _, reason = result
-    return numbers, UNDECIDED, f"{reason}; rates chosen {how}"
+    return numbers, UNDECIDED, f"{reason}; {UNTUNED} {how}"

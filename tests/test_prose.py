@@ -98,3 +98,13 @@ def test_no_notebook_types_a_result_in_its_prose():
 def test_the_prose_checker_catches_a_typed_result():
     assert typed_numbers("parity reaches 0.97 and 62% of test strings leak") == [0.97, 0.62]
     assert typed_numbers("$C_8 = 1.430$, section 2.4 and version 2.14.1") == []
+
+
+def test_the_attention_figure_draws_every_bpc_comparison_of_the_ledger():
+    ledger = claims.ledger()
+    drawn = {i for ids in findings.ATTENTION_PANELS.values()
+             for i in ledger["id"] if re.fullmatch(ids, i)}  # fmt: skip
+    # rows on another scale (parameters, shares, gradient variance, accuracy) stay out
+    other = r"attention/(smoother/.*|fewer_parameters|stable/(nonfinite|saturated)|digits)"
+    bpc = {i for i in ledger["id"] if i.startswith("attention/") and not re.fullmatch(other, i)}
+    assert drawn == bpc, sorted(bpc ^ drawn)
