@@ -215,6 +215,9 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
             ax.text(0.5, 0.5, "no final runs committed yet", transform=ax.transAxes,
                     ha="center", va="center", fontsize=7, color="0.4")  # fmt: skip
     handles, labels = sweep_ax.get_legend_handles_labels()
+    for d, ls in ls_of.items():  # the line style says the width, in the two line panels
+        handles.append(matplotlib.lines.Line2D([], [], color="0.3", ls=ls))
+        labels.append(f"d_model {d}")
     legend_ax.legend(handles, labels, loc="center", frameon=False)
     fig.tight_layout()
     return fig
