@@ -245,3 +245,15 @@ def test_figure_fits_print(case, tmp_path, monkeypatch):
     with Image.open(png) as im:
         saved = im.size[0] / report.SAVE_DPI
     assert saved <= column + 0.05, f"{case}: saved {saved:.2f} in wide; something sticks out"
+
+
+def test_attention_panels_keep_the_grids_order_whatever_order_the_records_came_in():
+    from structattn_lite.studies.attention.figures import in_grid_order
+    from structattn_lite.studies.attention.grids import MAIN_VARIANTS
+
+    met = ["matroidal m=2d (sep q/k)", "other", "dot", "matroidal m=4d", "dense", "dot",
+           "dense (sep q/k)", "matroidal m=2d", "matroidal m=1d"]  # fmt: skip
+    ordered = in_grid_order(met)
+    assert ordered[:3] == ["dot", "dense", "dense (sep q/k)"]
+    assert ordered[-1] == "other" and len(ordered) == len(MAIN_VARIANTS) + 1
+    assert in_grid_order(met[::-1]) == ordered

@@ -16,11 +16,22 @@ from matplotlib.lines import Line2D
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
 from structattn_lite.studies.attention.experiment import rate_sweep, variant_label
+from structattn_lite.studies.attention.grids import MAIN_VARIANTS
 from structattn_lite.studies.attention.tables import float32_finals
 
 
+def in_grid_order(variants) -> list[str]:
+    """The distinct ``variants`` (labels) in the order the grids list them
+    (``grids.MAIN_VARIANTS``: dot, dense, then the matroidal sizes), so a panel keeps its
+    place however the records were exported; any other label follows, as met."""
+    known = [variant_label({"kind": kind, "m": factor, "d_model": 1, "n_heads": 1,
+                            "shared_qk": shared}) for kind, factor, shared in MAIN_VARIANTS]  # fmt: skip
+    met = list(dict.fromkeys(variants))
+    return sorted(met, key=lambda v: known.index(v) if v in known else len(known) + met.index(v))
+
+
 def _variants(records: list[RunRecord]) -> list[str]:
-    return list(dict.fromkeys(r.extra["variant"] for r in records))
+    return in_grid_order(r.extra["variant"] for r in records)
 
 
 def _history_frame(records: list[RunRecord], metric: str) -> pd.DataFrame:
@@ -46,7 +57,7 @@ def plot_learning_curves(
         fig = Figure(figsize=figure_size(1, height=2))
         fig.subplots().text(0.5, 0.5, "no finished runs", ha="center")
         return fig
-    variants = list(dict.fromkeys(frame["variant"]))
+    variants = in_grid_order(frame["variant"])
     panels = len(variants) + 1
     rows = -(-panels // 4)  # at most 4 a row, and the rows as evenly filled as they go
     cols = -(-panels // rows)
@@ -130,7 +141,7 @@ def plot_rate_sweeps(records: list[RunRecord], ran_at: dict[str, float] | None =
         sweep = rate_sweep([r for r in text if r.config["recipe"]["max_steps"] == steps])
         frames.append(sweep.assign(steps=steps, variant=sweep["key"].str.split("|").str[1]))
     frame = pd.concat(frames, ignore_index=True)
-    variants = list(dict.fromkeys(variant_label(r.config) for r in text))  # grid order
+    variants = in_grid_order(variant_label(r.config) for r in text)
     # one line style per schedule, named once for the whole figure (a legend in every
     # panel covered its curves); a point with fewer seeds than its schedule says how many
     schedules = frame.groupby("steps")["seeds"].max()

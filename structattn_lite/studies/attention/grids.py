@@ -69,9 +69,8 @@ GRIDS: dict[str, dict[str, Any]] = {
     # over the text): all seven variants, low data (1% and 10% of the text) and bfloat16,
     # each on 5 seeds. Rates are chosen as ``lowparam`` chooses them (issue 26): on
     # validation at the finals' own 1,000 steps over three tuning seeds, the sweep widened
-    # wherever its best rate is at an edge. The committed finals were chosen earlier over
-    # 600 steps of one seed (their tables say so, read from the runs); the at-budget tuning
-    # runs wait in ``PENDING_CSV`` until the finals whose choice moved are retrained. The
+    # wherever its best rate is at an edge. Its first finals' rates came from 600 steps of
+    # one seed; those finals and that tuning are kept in ``RETIRED_CSV``. The
     # rates start at 0.012: 0.006 lost to 0.012 and 0.024 on every text variant at 600
     # steps, and widening adds it back to any variant whose best is 0.012.
     "committed": {
