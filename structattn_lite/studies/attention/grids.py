@@ -148,7 +148,6 @@ FIRST_SWEEP_CSV = {
     "committed": ("attention_runs_first_sweep.csv", None),
     "long": ("attention_long_runs_first_sweep.csv", "attention_long_histories_first_sweep.csv.gz"),
 }
-SWEEPS = ("current", "first")
 # grid -> (runs, histories): the finished runs of a grid being retrained over sessions
 # (tuning, then the finals whose rate moved) that its committed tables do not read yet;
 # ``results.restore_committed`` brings them back into a fresh run store.
@@ -161,6 +160,10 @@ PENDING_CSV = {
 RETIRED_CSV = {
     "committed": ("attention_runs_retired.csv", "attention_histories_retired.csv.gz"),
 }
+# sweep -> the files that keep a grid's runs from it, oldest first: the first sweep, the
+# runs a retuning retired, the current committed files, a retuning's pending runs
+SWEEP_FILES = {"first": FIRST_SWEEP_CSV, "retired": RETIRED_CSV, "current": COMMITTED_CSV,
+               "pending": PENDING_CSV}  # fmt: skip
 # the n-gram floors of the text, exported beside the text grids for the figures to draw
 FLOORS_CSV = "attention_ngram_floors.csv"
 # The recipe's target on these machines: dot product at or below this validation bpc

@@ -223,6 +223,9 @@ def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> p
     return pd.concat(chosen, ignore_index=True) if chosen else new.assign(sweep=[])
 
 
+SWEEP_NAMES = {"first": "first sweep", "current": "committed"}  # the appendix's words
+
+
 def rate_history(grids=("committed", "long")) -> pd.DataFrame:
     """The appendix: how each grid's main variants came to their rates. Per grid (its
     finals' budget in steps), variant and sweep of final runs its files keep
@@ -254,7 +257,8 @@ def rate_history(grids=("committed", "long")) -> pd.DataFrame:
                             else "worse" if lo > 0 else "no difference shown")  # fmt: skip
                     change = f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n}): {word}"
                 rows.append({
-                    "grid": grid, "steps": steps, "variant": variant, "records": name,
+                    "grid": grid, "steps": steps, "variant": variant,
+                    "records": SWEEP_NAMES.get(name, name),
                     "rates tried": "/".join(f"{lr:g}" for lr in sorted(tuned["lr"].unique())),
                     "tuned over": f"{over} steps, {seeds}", "rate": f"{now['lr'].iloc[0]:g}",
                     "val bpc": interval(now["val_bpc"]), "change from the sweep before": change,

@@ -18,11 +18,8 @@ from structattn_lite import stats
 from structattn_lite.records import RunRecord
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
-    FIRST_SWEEP_CSV,
-    PENDING_CSV,
     RECIPE_TARGET_BPC,
-    RETIRED_CSV,
-    SWEEPS,
+    SWEEP_FILES,
     part,
 )
 
@@ -69,19 +66,19 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
 
 
 def _committed_file(grid: str, sweep: str, which: int):
-    """The path of a committed grid's runs (0) or histories (1) file from ``sweep``
-    ("current", or "first": the records kept from the first learning-rate sweep), or
-    None if that sweep kept no such file."""
+    """The path of a committed grid's runs (0) or histories (1) file from ``sweep`` (a key
+    of ``SWEEP_FILES``: "current", "first", "retired", "pending"), or None if that sweep
+    kept no such file for the grid."""
     from structattn_lite.config import check_choice, results_dir
 
-    files = COMMITTED_CSV if check_choice("sweep", sweep, SWEEPS) == "current" else FIRST_SWEEP_CSV
-    name = files[check_choice("grid", grid, files)][which]
+    files = SWEEP_FILES[check_choice("sweep", sweep, SWEEP_FILES)]
+    name = files.get(check_choice("grid", grid, COMMITTED_CSV), (None, None))[which]
     return None if name is None else results_dir() / name
 
 
 def load_summary(grid: str = "committed", sweep: str = "current") -> pd.DataFrame | None:
     """A committed grid's summary (``data/results/attention_runs.csv`` for ``committed``),
-    or None if it is not there; ``sweep="first"``: its first sweep's runs."""
+    or None if it is not there; ``sweep``: the runs of another sweep (``SWEEP_FILES``)."""
     path = _committed_file(grid, sweep, 0)
     return pd.read_csv(path) if path is not None and path.exists() else None
 
@@ -97,11 +94,7 @@ def load_committed_histories(grid: str = "committed", sweep: str = "current") ->
 def load_pending_histories(grid: str = "committed") -> list[RunRecord]:
     """The runs of a grid being retrained that its tables do not read yet (``PENDING_CSV``),
     as records; empty when it has none."""
-    from structattn_lite.config import results_dir
-    from structattn_lite.records import load_histories
-
-    path = results_dir() / PENDING_CSV[grid][1] if grid in PENDING_CSV else None
-    return load_histories(path) if path is not None and path.exists() else []
+    return load_committed_histories(grid, "pending")
 
 
 def committed_and_pending(grid: str = "committed") -> dict[str, RunRecord]:
@@ -112,33 +105,19 @@ def committed_and_pending(grid: str = "committed") -> dict[str, RunRecord]:
 
 
 def load_tuning_histories(grid: str = "committed") -> list[RunRecord]:
-    """Every tuning run of a grid its committed files hold: current, pending and retired
+    """Every tuning run of a grid its committed files hold: retired, current and pending
     (a run in more than one, once), so the rates a grid chose can be read across its
     tuning schedules."""
-    from structattn_lite.config import results_dir
-    from structattn_lite.records import load_histories
-
-    retired = results_dir() / RETIRED_CSV[grid][1] if grid in RETIRED_CSV else None
-    runs = [*(load_histories(retired) if retired is not None and retired.exists() else []),
-            *load_committed_histories(grid), *load_pending_histories(grid)]  # fmt: skip
+    runs = [r for sweep in ("retired", "current", "pending")
+            for r in load_committed_histories(grid, sweep)]  # fmt: skip
     return list({r.key: r for r in runs if not r.config["read_test"]}.values())
 
 
 def load_sweeps(grid: str = "committed") -> list[tuple[str, pd.DataFrame]]:
     """A grid's run summaries from every learning-rate sweep its files keep, oldest first,
-    each named by the file it comes from: "first sweep" (``FIRST_SWEEP_CSV``), "retired"
-    (finals at rates a retuning no longer chooses), "committed", "pending" (a retuning's
-    runs not yet committed)."""
-    from structattn_lite.config import results_dir
-
-    files = [("first sweep", FIRST_SWEEP_CSV), ("retired", RETIRED_CSV),
-             ("committed", COMMITTED_CSV), ("pending", PENDING_CSV)]  # fmt: skip
-    out = []
-    for name, table in files:
-        path = results_dir() / table[grid][0] if grid in table else None
-        if path is not None and path.exists():
-            out.append((name, pd.read_csv(path)))
-    return out
+    each with its ``SWEEP_FILES`` key."""
+    return [(sweep, frame) for sweep in SWEEP_FILES
+            if (frame := load_summary(grid, sweep)) is not None]  # fmt: skip
 
 
 def tuning_schedule(runs: pd.DataFrame, dataset: str = "ptb") -> tuple[str, str, bool, bool]:
