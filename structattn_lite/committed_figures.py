@@ -190,6 +190,22 @@ def _length_authors():
     return la.authors_figure(authors_curves())
 
 
+def _grazzi_curves() -> pd.DataFrame:
+    return lt.load_curves("grazzi")
+
+
+@_register("05_length_grazzi")
+def _length_grazzi():
+    return lt.grazzi_figure(_grazzi_curves())
+
+
+@_register("05_length_grazzi_table")
+def _length_grazzi_table():
+    curves = _grazzi_curves()
+    caption = "Parity at Grazzi et al.'s protocol. " + lt.grazzi_caption(curves)
+    return Table(lt.grazzi_table(curves), caption)
+
+
 # --- drawing and writing --------------------------------------------------------------
 
 

@@ -272,32 +272,44 @@ def _free_name(path: Path) -> Path:
 
 
 def keep_committed_rows(
-    path: str | os.PathLike, frame: pd.DataFrame, run_id: list[str], order: list[tuple]
+    path: str | os.PathLike,
+    frame: pd.DataFrame,
+    run_id: list[str],
+    order: list[tuple],
+    only_order: bool = False,
 ) -> pd.DataFrame:
     """``frame`` with the rows already in the committed file ``path`` of every run it does
     not hold (a run is its ``run_id`` values), in grid ``order``: a run store does not
     outlive its machine, so a grid finished (or partly retrained) over several sessions
-    keeps what earlier ones committed."""
+    keeps what earlier ones committed. ``only_order`` drops the committed rows of runs the
+    grid no longer asks for (seeds another grid took over)."""
     ids = lambda f: f[run_id].astype(str).agg("|".join, axis=1)  # noqa: E731
+    rank = {"|".join(map(str, run)): i for i, run in enumerate(order)}
     if Path(path).exists():
         old = pd.read_csv(path)
         if missing := [c for c in run_id if c not in old]:
             raise ValueError(f"{path} has no {', '.join(missing)} column to tell its runs "
                              "apart; re-key it before exporting into it")  # fmt: skip
-        frame = pd.concat([old[~ids(old).isin(set(ids(frame)))], frame], ignore_index=True)
-    rank = {"|".join(map(str, run)): i for i, run in enumerate(order)}
+        old = old[~ids(old).isin(set(ids(frame)))]
+        if only_order:
+            old = old[ids(old).isin(set(rank))]
+        frame = pd.concat([old, frame], ignore_index=True)
     return frame.iloc[ids(frame).map(rank).fillna(len(rank)).argsort(kind="stable")]
 
 
 def export_histories(
-    records: list[RunRecord], path: str | os.PathLike, keep_order: list[str] | None = None
+    records: list[RunRecord],
+    path: str | os.PathLike,
+    keep_order: list[str] | None = None,
+    only_order: bool = False,
 ) -> Path:
     """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
 
     Per-step gradient norms and other non-scalar extras are left out (the per-epoch
     mean and max norms stay). A ``.gz`` suffix compresses the repeated config column.
     ``keep_order`` (the grid's run keys in order) keeps the runs already in ``path`` that
-    ``records`` do not hold (``keep_committed_rows``).
+    ``records`` do not hold (``keep_committed_rows``; with ``only_order``, those the grid
+    still asks for).
     """
     frames = []
     for r in records:
@@ -310,7 +322,8 @@ def export_histories(
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = pd.concat(frames, ignore_index=True)
     if keep_order is not None:
-        frame = keep_committed_rows(path, frame, ["key"], [(k,) for k in keep_order])
+        order = [(k,) for k in keep_order]
+        frame = keep_committed_rows(path, frame, ["key"], order, only_order=only_order)
     frame.to_csv(
         path, index=False, float_format="%.6g", compression={"method": "infer", "mtime": 0}
     )

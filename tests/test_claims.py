@@ -85,3 +85,26 @@ def test_tuning_rule_reads_the_budget_and_seeds_of_a_grids_tuning_runs():
     assert _untuned(_rate_runs(1000, 3)) is None
     assert _untuned(_rate_runs(600, 1)) == "over 600 steps of one seed, not at this budget"
     assert "fewer than 3 seeds" in _untuned(_rate_runs(1000, 2))
+
+
+def test_a_run_in_both_grokking_grids_counts_once(monkeypatch):
+    """gap (10 seeds) and gap_seeds (seeds 5-24) share seeds 5-9 of the authors' model:
+    the ledger reads each run once, so a seed is never counted twice."""
+    from structattn_lite.claims import csp
+    from structattn_lite.studies.grokking import experiment as ge
+
+    records = {name: ge.committed_records(name) for name in ("gap", "gap_seeds")}
+    shared = [r for r in records["gap_seeds"] if r.seed < 10]
+    if not shared:  # the committed files do not overlap yet: make them
+        shared = [r for r in records["gap_seeds"] if r.config["task"] == "mod3"][:2]
+    monkeypatch.setattr(
+        ge,
+        "committed_records",
+        lambda grid="gap": records[grid] + (shared if grid == "gap" else []),
+    )
+    rows = {r["id"]: r for r in csp.grokking()}
+    expected = {}
+    for r in records["gap"] + records["gap_seeds"]:
+        expected.setdefault((r.config["task"], r.config["preset"]), set()).add(r.key)
+    for (task, preset), keys in expected.items():
+        assert rows[f"gap/{preset}/{task}"]["seeds"] == len(keys)

@@ -208,6 +208,10 @@ def test_an_export_that_keeps_earlier_runs_replaces_only_the_runs_it_holds(tmp_p
     assert len(load_histories(path)) == 3
     export_histories([records[0], records[2]], path)  # without keep_order: what it holds
     assert path.read_bytes() == before  # the first export was already in grid order
+    # a grid that gave seed 1 to another grid: only_order drops its committed row
+    export_histories([records[1]], path, keep_order=order)
+    export_histories([records[0]], path, keep_order=[order[0], order[2]], only_order=True)
+    assert [r.key for r in load_histories(path)] == [order[0], order[2]]
 
 
 def test_length_scores_split_seen_and_unseen_positions():

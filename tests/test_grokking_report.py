@@ -83,6 +83,7 @@ def test_gap_seeds_grid_is_the_gap_grid_with_more_seeds():
         assert {c.seed for c in extra}.isdisjoint(gap) and len(extra) + len(gap) == 25
         assert all(dataclasses.replace(c, seed=0) == gap[0] for c in extra)
     assert [c.task for c in more] == sorted(c.task for c in more)  # mod-3's seeds first
+    assert len({c.seed for c in grid("gap")}) == 10  # the paper's count, for every cell
 
 
 def test_jump_table_reads_each_seeds_first_epoch_at_the_level_against_the_authors_window():

@@ -275,3 +275,46 @@ def test_the_authors_export_replaces_the_runs_it_holds_and_keeps_the_others(tmp_
     fresh = pd.read_csv(ls.export(first, grid="authors")[0])
     assert kept.equals(fresh[fresh["seed"] == 1].reset_index(drop=True))  # unchanged rows
     assert len(fresh) == len(table)  # exporting runs again replaces their rows
+
+
+def test_grazzi_validation_is_longer_than_training_and_shorter_than_test():
+    """The rate of the grazzi grid is chosen on strings of length 128 scored at 64..128:
+    longer than any training string (1..40), never a reported test length (256, 500)."""
+    from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS
+
+    configs = ls.grid("grazzi")
+    assert {c.optim.lr for c in configs} == {1e-3, 3e-3, 1e-2}
+    assert {c.optim.schedule for c in configs} == {"constant"}
+    assert {(c.protocol, c.train_length, c.batch_size) for c in configs} == {("grazzi", 40, 128)}
+    assert {c.epochs * c.steps_per_epoch for c in configs} == {2000}
+    setup = ls.length_setup(configs[0])
+    x_val, y_val = setup.tensors["x_val"], setup.tensors["y_val"]
+    first, last = GRAZZI_VAL_LENGTHS
+    scored = (y_val != -100).any(0).nonzero().flatten() + 1  # 1-based prefix lengths
+    assert x_val.shape[-1] == last and scored.min() == first and scored.max() == last
+    assert last < min(GRAZZI_TEST_LENGTHS) and first > configs[0].train_length
+    batch = next(iter(setup.sample(torch.Generator().manual_seed(0))))
+    assert batch[0].shape[0] == 128 and batch[0].shape[1] <= 40
+
+
+def test_grazzi_rates_are_chosen_on_validation_alone():
+    """Highest mean final validation accuracy wins; a diverged seed counts as 0; ties go
+    to the lower rate; the test columns never enter."""
+    rows = []
+    for lr, vals, test in (
+        (1e-3, (0.6, 0.6), 1.0),
+        (3e-3, (0.9, 0.9), 0.5),
+        (1e-2, (1.0, 0.9), 0.5),
+    ):
+        for seed, v in enumerate(vals):
+            rows.append({"task": "parity", "model": "m", "lr": lr, "seed": seed,
+                         "final_val_acc": v, "seq_acc": test, "status": "ok"})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    chosen = results.chosen_rates(frame)
+    assert chosen.loc[chosen["chosen"], "lr"].tolist() == [1e-2]
+    frame.loc[(frame["lr"] == 1e-2) & (frame["seed"] == 1), "status"] = "diverged"
+    chosen = results.chosen_rates(frame)
+    assert chosen.loc[chosen["chosen"], "lr"].tolist() == [3e-3]  # 0.5 mean against 0.9
+    frame.loc[frame["lr"] == 1e-2, ["final_val_acc", "status"]] = (0.9, "ok")
+    chosen = results.chosen_rates(frame)
+    assert chosen.loc[chosen["chosen"], "lr"].tolist() == [3e-3]  # a tie: the lower rate

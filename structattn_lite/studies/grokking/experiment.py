@@ -66,22 +66,28 @@ GRIDS: dict[str, dict[str, Any]] = {
         "hold_perfect": 10,
     },
     # gap: the grokking gap at the paper's sizes (d 64, 3 layers; 5,000 / 5,000 / 10,000
-    # strings), 300 epochs, 5 seeds per task and preset, stopping only once *validation*
-    # has held 100% for 10 epochs; the gap is read on whole-string test accuracy for both.
+    # strings), 300 epochs, 10 seeds per task and preset (the paper's count; 5 until issue
+    # 43, so that a share of spiking seeds can exclude 1/2), stopping only once
+    # *validation* has held 100% for 10 epochs; the gap is read on whole-string test
+    # accuracy for both.
     "gap": {
         "tasks": ("parity", "mod3", "dyck1"),
-        "seeds": tuple(range(5)),
+        "seeds": tuple(range(10)),
         "epochs": 300,
         "n": None,
         "presets": ("paper", "authors_3bb9f71"),
         "hold_perfect": 10,
     },
-    # gap_seeds: 20 more seeds of the authors' model on mod-3, then on parity, in the gap
+    # gap_seeds: 15 more seeds of the authors' model on mod-3, then on parity, in the gap
     # grid's setting, where 5 seeds left the gap's interval far wider than the paper's sd
     # (mod-3: 3 of 5 reached 100%); the ledger reads both grids' runs together (25 seeds).
+    # It held seeds 5-24 until the gap grid took seeds 5-9 (issue 43). Those five mod-3
+    # runs moved into gap's file unchanged: they were trained in gap_seeds' 10-seed
+    # stack, and a 5-seed stack rounds differently in float32, which CSP's chaotic
+    # training grows into other histories (seed 9 reaches 100% at epoch 57, not 29).
     "gap_seeds": {
         "tasks": ("mod3", "parity"),
-        "seeds": tuple(range(5, 25)),
+        "seeds": tuple(range(10, 25)),
         "epochs": 300,
         "n": None,
         "presets": ("authors_3bb9f71",),
@@ -138,8 +144,9 @@ def committed_records(grid: str = "gap") -> list[RunRecord]:
 grid_runs = grid  # for export, whose parameter ``grid`` (a name) shadows the function
 
 # Grids whose committed file is kept across sessions: an export replaces the runs it
-# holds and keeps the others (gap_seeds' parity seeds came a session after its mod-3 ones).
-GROWN_ACROSS_SESSIONS = ("gap_seeds",)
+# holds and keeps the others (gap_seeds' parity seeds came a session after its mod-3 ones;
+# gap's seeds 5-9 came after its first five).
+GROWN_ACROSS_SESSIONS = ("gap", "gap_seeds")
 
 
 def export(records: list[RunRecord], grid: str = "gap") -> list[Path]:
@@ -148,4 +155,4 @@ def export(records: list[RunRecord], grid: str = "gap") -> list[Path]:
     keep = None
     if grid in GROWN_ACROSS_SESSIONS:
         keep = [config_hash(EXPERIMENT, c) for c in grid_runs(grid)]
-    return [export_histories(records, path, keep_order=keep)]
+    return [export_histories(records, path, keep_order=keep, only_order=True)]

@@ -8,6 +8,9 @@ Two training protocols:
   per batch drawn from 1..``train_length`` (40); no fixed dataset, so nothing can leak.
   The length schedule comes from its own generator (the same for every seed), the
   strings from the seed's.
+- ``"grazzi"``: the variable protocol as Grazzi et al. run it (grid ``grazzi``), whose
+  validation strings are longer than any training string: length 128, scored at lengths
+  64..128 only, so a learning rate can be chosen for length without reading a test length.
 
 Every model is causal, so one forward pass over a string of length 256 gives its
 prediction for each of the 256 prefixes. For parity and mod-3 the prefix of a random
@@ -33,10 +36,16 @@ from structattn_lite.data.tasks import TASKS, make_task
 from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
 from structattn_lite.studies.length import results
-from structattn_lite.studies.length.grids import GRIDS, LENGTH_MODELS, MODEL_SIZES, PROTOCOLS
+from structattn_lite.studies.length.grids import (
+    GRAZZI_VAL_LENGTHS,
+    GRIDS,
+    LENGTH_MODELS,
+    MODEL_SIZES,
+    PROTOCOLS,
+)
 from structattn_lite.training.driver import Setup, ValidationStop, train_seeds
 from structattn_lite.training.losses import LOSSES
-from structattn_lite.training.metrics import accuracy, length_scores, predict, scores
+from structattn_lite.training.metrics import IGNORE, accuracy, length_scores, predict, scores
 from structattn_lite.training.trainer import OptimConfig
 
 EXPERIMENT = "length"
@@ -199,9 +208,17 @@ def length_setup(cfg: LengthRun) -> Setup:
         x_test = task.sample(
             512, cfg.train_length, torch.Generator().manual_seed(20_000 + cfg.seed)
         )
-        x_val = task.sample(512, cfg.train_length, torch.Generator().manual_seed(30_000 + cfg.seed))
+        val_gen = torch.Generator().manual_seed(30_000 + cfg.seed)
+        if cfg.protocol == "grazzi":  # longer than training, scored at 64..128 only
+            first, last = GRAZZI_VAL_LENGTHS
+            x_val = task.sample(512, last, val_gen)
+            y_val = task.prefix_labels(x_val)
+            y_val[..., : first - 1] = IGNORE
+        else:
+            x_val = task.sample(512, cfg.train_length, val_gen)
+            y_val = task.prefix_labels(x_val)
         tensors = {"x_test": x_test, "y_test": task.prefix_labels(x_test),
-                   "x_val": x_val, "y_val": task.prefix_labels(x_val)}  # fmt: skip
+                   "x_val": x_val, "y_val": y_val}  # fmt: skip
 
         def sample(gen):
             for _ in range(cfg.steps_per_epoch):
@@ -250,6 +267,8 @@ def run_length(
 
 def _first_pass(spec: dict) -> list[LengthRun]:
     models = spec["models"]
+    # A grid with ``lrs`` trains every run once per rate, at a constant rate.
+    rates = [{"optim": OptimConfig(lr=lr, schedule="constant")} for lr in spec.get("lrs", ())]
     return [
         LengthRun(
             task=task,
@@ -264,11 +283,13 @@ def _first_pass(spec: dict) -> list[LengthRun]:
             n_eval=spec["n_eval"],
             task_options=spec.get("task_options", {}).get(task, {}),
             **spec.get("run", {}),
+            **rate,
         )
         for seed in spec["seeds"]
         for task in spec["tasks"]
         for protocol in spec["protocols"]
         for model in (models[task] if isinstance(models, dict) else models)
+        for rate in rates or [{}]
     ]
 
 

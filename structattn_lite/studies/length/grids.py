@@ -7,7 +7,7 @@ import dataclasses
 
 from structattn_lite.training.trainer import OptimConfig
 
-PROTOCOLS = ("fixed", "variable")
+PROTOCOLS = ("fixed", "variable", "grazzi")
 
 # Display name -> (model, preset). "csp_paper" is the text's reading; "csp_code_switches"
 # the text's block with the code's cumulative angle and decay gates; "csp_authors" the
@@ -90,8 +90,8 @@ GRIDS = {
     # authors: the authors' README table, their model (the revision behind each row) and
     # their protocol: 10,000 i.i.d. strings split 80/20 at random, cross-entropy averaged
     # over every position, Adam 1e-4 with weight decay 1e-7, cosine to 1e-6 over 300
-    # epochs, clipping at 1.0, batch 64, seeds 0-4; scored on 4,000 fresh strings per
-    # length up to 64 (for a GPU or a cluster: 15 runs of 37,500 steps).
+    # epochs, clipping at 1.0, batch 64, seeds 0-9 (their 5, then 5 more for issue 43);
+    # scored on 4,000 fresh strings per length up to 64 (30 runs of 37,500 steps).
     "authors": {
         "tasks": ("parity", "mod3_authors", "dyck1_authors"),
         "models": {
@@ -102,7 +102,7 @@ GRIDS = {
         "protocols": ("fixed",),
         # their mod-3 script's vocabulary (4,893 parameters; their initial weights)
         "task_options": {"mod3_authors": {"vocab_size": 3}},
-        "seeds": tuple(range(5)),
+        "seeds": tuple(range(10)),
         "epochs": 300,
         "n": 10_000,
         "max_eval_length": 64,
@@ -119,7 +119,7 @@ GRIDS = {
     "paper": {
         "tasks": ("parity", "mod3", "dyck1"),
         "models": tuple(LENGTH_MODELS),
-        "protocols": PROTOCOLS,
+        "protocols": ("fixed", "variable"),
         "seeds": tuple(range(5)),
         "epochs": 100,
         "n": {"parity": 5000, "mod3": 5000, "dyck1": 2000},  # Dyck-1: see "committed"
@@ -138,4 +138,27 @@ GRIDS["authors_short"] = {
         **GRIDS["authors"]["run"],
         "optim": dataclasses.replace(GRIDS["authors"]["run"]["optim"], t_max=60),
     },
+}
+
+
+# grazzi: Grazzi et al.'s protocol for parity at length (issue 43), for the diagonal RNNs
+# and the baselines of the committed grid: fresh strings every step, one length per batch
+# drawn from 1..40, a label per prefix, batch 128, Adam at a constant rate for 2,000 steps
+# (20 "epochs" of 100 batches), 5 seeds; scored at every length up to 500 on fresh strings.
+# The rate is chosen per model out of ``lrs`` on validation alone: strings of length 128
+# scored at lengths 64..128 (``GRAZZI_VAL_LENGTHS``), never at a reported test length
+# (``GRAZZI_TEST_LENGTHS``); the rule is ``results.chosen_rates``, written before the runs.
+GRAZZI_VAL_LENGTHS = (64, 128)  # first and last validation length (inclusive)
+GRAZZI_TEST_LENGTHS = (256, 500)
+GRIDS["grazzi"] = {
+    "tasks": ("parity",),
+    "models": ("diag_rnn_neg", "diag_rnn", "lstm", "gru", "transformer"),
+    "protocols": ("grazzi",),
+    "seeds": tuple(range(5)),
+    "epochs": 20,
+    "n": 2000,  # unused: the protocol draws fresh strings
+    "max_eval_length": GRAZZI_TEST_LENGTHS[-1],
+    "n_eval": 500,
+    "lrs": (1e-3, 3e-3, 1e-2),
+    "run": {"batch_size": 128, "steps_per_epoch": 100},
 }

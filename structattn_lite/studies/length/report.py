@@ -318,3 +318,91 @@ def reach_table(curves: pd.DataFrame) -> pd.DataFrame:
         ["protocol", "task"], key=lambda c: c.map(order).fillna(c), kind="stable"
     )
     return table.set_index(["protocol", "task", "model"])
+
+
+# --- Grazzi et al.'s protocol: the rate chosen on validation, then length ----------------
+
+
+def grazzi_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per model of the grazzi grid: each rate's mean final validation accuracy (lengths
+    64..128, the only number the choice reads), the chosen rate, and at that rate the
+    whole-string accuracy at the test lengths, mean [95% t] over seeds."""
+    from structattn_lite import stats
+    from structattn_lite.report import model_style
+    from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS
+    from structattn_lite.studies.length.results import chosen_rates
+
+    rates = chosen_rates(curves)
+    rows = []
+    for (task, model), g in rates.groupby(["task", "model"], sort=False):
+        lr = float(g.loc[g["chosen"], "lr"].iloc[0])
+        row = {"task": task, "model": model_style(model)["name"]}
+        row |= {f"validation at lr {r.lr:g}": round(r.val_acc, 3) for r in g.itertuples()}
+        row["chosen lr"] = f"{lr:g}"
+        runs = curves[(curves["task"] == task) & (curves["model"] == model) & (curves["lr"] == lr)]
+        for length in GRAZZI_TEST_LENGTHS:
+            values = runs.loc[runs["length"] == length, "seq_acc"].dropna().tolist()
+            mean, low, high, n = stats.mean_interval(values)
+            row[f"test L={length}"] = f"{mean:.3f} [{max(low, 0):.3f}, {min(high, 1):.3f}] ({n})"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["task", "model"])
+
+
+def grazzi_figure(curves: pd.DataFrame):
+    """Left: each model's validation accuracy (lengths 64..128) against the rate, its
+    choice ringed; right: whole-string accuracy against length at the chosen rate, mean
+    over seeds with each seed as a dot; the training lengths shaded."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from structattn_lite.report import figure_size, model_style
+    from structattn_lite.studies.length.results import chosen_rates
+
+    rates = chosen_rates(curves)
+    models = list(dict.fromkeys(curves["model"]))
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=figure_size(2, height=3.2), layout="constrained", width_ratios=(1, 1.6)
+    )
+    for model in models:
+        style = model_style(model)
+        g = rates[rates["model"] == model].sort_values("lr")
+        left.plot(g["lr"], g["val_acc"], color=style["color"], ls=style["ls"],
+                  marker=style["marker"], lw=1)  # fmt: skip
+        pick = g[g["chosen"]]
+        left.scatter(pick["lr"], pick["val_acc"], s=120, facecolors="none",
+                     edgecolors=style["color"], lw=1.2)  # fmt: skip
+        runs = curves[(curves["model"] == model) & (curves["lr"] == float(pick["lr"].iloc[0]))]
+        mean = runs.groupby("length")["seq_acc"].mean()
+        right.plot(mean.index, mean.values, color=style["color"], ls=style["ls"],
+                   marker=style["marker"], lw=1)  # fmt: skip
+        right.scatter(runs["length"], runs["seq_acc"], s=6, color=style["color"], alpha=0.4)
+    left.set(xscale="log", xlabel="learning rate (Adam, constant)", ylim=(0.4, 1.02),
+             ylabel="validation accuracy, lengths 64-128",
+             title="the rate, chosen on validation")  # fmt: skip
+    right.axvspan(1, 40, color="0.92", lw=0)
+    right.text(6, 0.45, "training\nlengths", fontsize=7, ha="center")
+    right.axhline(0.5, color="0.5", ls=":", lw=0.8)
+    right.set(xscale="log", xlabel="string length L", ylim=(0.4, 1.02),
+              ylabel="whole-string accuracy at L", title="parity at the chosen rate")  # fmt: skip
+    right.set_xscale("log", base=2)
+    handles = [
+        Line2D([], [], lw=1, color=st["color"], ls=st["ls"], marker=st["marker"], label=st["name"])
+        for st in map(model_style, models)
+    ]
+    handles.append(Line2D([], [], ls="", marker="o", ms=9, mfc="none", mec="k", label="chosen"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6))
+    return fig
+
+
+def grazzi_caption(curves: pd.DataFrame) -> str:
+    """The grid a grazzi table or figure comes from, read off its curves."""
+    runs = curves.drop_duplicates(["task", "model", "lr", "seed"])
+    seeds = sorted(runs["seed"].unique())
+    rates = ", ".join(f"{lr:g}" for lr in sorted(runs["lr"].unique()))
+    return (
+        f"grid 'grazzi': {len(runs)} runs ({runs['model'].nunique()} models x rates {rates} x "
+        f"{len(seeds)} seeds {seeds}); fresh strings of lengths 1-{runs['train_length'].max()} "
+        f"every step, batch {runs['batch_size'].iloc[0]}, {runs['steps'].max()} steps of Adam "
+        f"at a constant rate; the rate chosen on 512 validation strings scored at lengths "
+        f"64-128; whole-string accuracy on 500 fresh strings per test length"
+    )

@@ -4,6 +4,7 @@ first), and the files in data/results (``export``)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -69,6 +70,7 @@ def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
         curve["final_val_seq_acc"] = (
             h["val_seq_acc"].iloc[-1] if "val_seq_acc" in h else float("nan")
         )
+        curve["final_val_acc"] = h["val_acc"].iloc[-1] if "val_acc" in h and len(h) else math.nan
         frames.append(curve)
     return pd.concat(frames, ignore_index=True)
 
@@ -80,7 +82,33 @@ COMMITTED_CSV = {
     "committed": "length_generalization.csv.gz",
     "authors": "length_authors.csv.gz",
     "authors_short": "length_authors_short.csv.gz",
+    "grazzi": "length_grazzi.csv.gz",
 }
+# The grazzi grid keeps the lengths its rows read (training, validation, test) and its
+# runs' final validation accuracy, which chooses each model's rate (``chosen_rates``).
+GRAZZI_KEPT_LENGTHS = [16, 40, 64, 128, 256, 500]
+
+
+def chosen_rates(curves: pd.DataFrame) -> pd.DataFrame:
+    """Each (task, model)'s learning rate, chosen on validation alone (issue 43's rule,
+    written before the grazzi runs were read): the rate with the highest mean, over seeds,
+    of the final validation accuracy (lengths 64..128, longer than any training string,
+    shorter than any reported test length); a seed that diverged counts as 0; ties go to
+    the lower rate. One row per (task, model, lr): mean, seeds, and ``chosen``."""
+    runs = curves.drop_duplicates(["task", "model", "lr", "seed"])
+    val = runs["final_val_acc"].where(runs["status"] != "diverged").fillna(0.0)
+    table = (
+        runs.assign(final_val_acc=val)
+        .groupby(["task", "model", "lr"], as_index=False)
+        .agg(val_acc=("final_val_acc", "mean"), seeds=("seed", "nunique"))
+    )
+    best = (
+        table.sort_values(["val_acc", "lr"], ascending=[False, True])
+        .groupby(["task", "model"])["lr"]
+        .transform("first")
+    )
+    table["chosen"] = table["lr"] == best.reindex(table.index)
+    return table
 
 
 # Grids whose committed file is kept across sessions: an export replaces the rows of the
@@ -95,10 +123,14 @@ def export(records: list[RunRecord], grid: str = "committed", order=None) -> lis
     length); ``order`` (the grid's configs) keeps, for a grid grown across sessions, the
     committed runs that ``records`` do not hold."""
     curves = curves_frame(last_pass(records)).assign(grid=grid)
-    curves = curves[curves["length"].isin(KEPT_LENGTHS)]
+    if grid == "grazzi":
+        curves = curves[curves["length"].isin(GRAZZI_KEPT_LENGTHS)]
+    else:
+        curves = curves[curves["length"].isin(KEPT_LENGTHS)].drop(columns="final_val_acc")
     path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    metrics = ["seq_acc", "unseen_acc", "all_acc", "final_test_acc", "final_val_seq_acc"]
+    metrics = ["seq_acc", "unseen_acc", "all_acc", "final_test_acc", "final_val_seq_acc",
+               "final_val_acc"]  # fmt: skip
     curves = curves.assign(**{m: curves[m].round(4) for m in metrics if m in curves})
     if grid in GROWN_ACROSS_SESSIONS and order is not None:
         ids = [tuple(getattr(c, k) for k in RUN_ID) for c in order]
