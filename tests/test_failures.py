@@ -361,8 +361,6 @@ def test_run_waits_for_the_runs_another_process_holds_before_it_stops(runs, monk
         [*SMOKE, "--device", "meta"],
         ["run", "grokking", "--grid", "bogus"],
         ["export", "grokking", "--grid", "smoke"],
-        ["export", "grokking", "--grid", "gap", "--pending"],
-        ["export", "attention", "--grid", "long", "--pending"],
         ["study", "--profile", "smoke", "--device", "meta"],
         pytest.param(
             [*SMOKE, "--device", "cuda"],
@@ -377,18 +375,6 @@ def test_bad_arguments_give_one_line_before_anything_trains(runs, capsys, args):
     named = [a for a in args if a.startswith("--")][-1]
     assert named.lstrip("-") in err
     assert not list(runs.iterdir())  # nothing trained, nothing written
-
-
-def test_a_pending_export_trains_nothing(runs, monkeypatch, capsys):
-    # it commits what the grid's `run` processes have finished, and must not become a
-    # third trainer beside them (it did: it trained the grid's missing runs first)
-    from structattn_lite.studies.attention import experiment as attention
-
-    monkeypatch.setattr(attention, "grid", lambda name, store=None: attention.tuning_grid("smoke"))
-    monkeypatch.setattr(attention, "run", lambda *a, **k: pytest.fail("the export trained"))
-    assert cli.main(["export", "attention", "--grid", "committed", "--pending"]) == 1
-    assert "no finished run" in capsys.readouterr().err
-    assert not list(runs.rglob("*.json"))
 
 
 def test_run_exits_nonzero_naming_a_failed_run(runs, monkeypatch, capsys):

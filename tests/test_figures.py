@@ -70,7 +70,7 @@ def _attention_summary():
 def _committed_tuning():
     from structattn_lite.studies.attention.tables import load_tuning_histories
 
-    return load_tuning_histories("committed")
+    return load_tuning_histories()
 
 
 def _first_with(field: str):

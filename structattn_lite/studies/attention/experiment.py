@@ -36,17 +36,15 @@ from structattn_lite.models.attention_checks import (
     time_attention,
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
-from structattn_lite.records import ExportRefused, RunRecord, config_dict, config_hash
+from structattn_lite.records import RunRecord, config_dict, config_hash
 from structattn_lite.studies.attention import results
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     GRIDS,
     IMAGE_DATASETS,
-    PENDING_CSV,
     variant_configs,
 )
 from structattn_lite.studies.attention.recipe import Recipe, train
-from structattn_lite.studies.attention.tables import committed_and_pending
 from structattn_lite.theory import SUPPORT_RULES
 
 EXPERIMENT = "attention"
@@ -409,28 +407,9 @@ def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecor
     return records
 
 
-def export(records: list[RunRecord], grid: str = "committed", pending: bool = False) -> list[Path]:
+def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """The committed compact results (``results.write``): one CSV row per run (summary)
-    and the histories, keeping the rows of the runs an earlier session committed.
-    ``pending``: into the grid's ``PENDING_CSV`` files, which its tables do not read. A
-    grid with pending files exports only once every run it asks for is in."""
-    cfgmod.check_choice("grid", grid, PENDING_CSV if pending else COMMITTED_CSV)
+    and the histories, keeping the rows of the runs an earlier session committed."""
+    cfgmod.check_choice("grid", grid, COMMITTED_CSV)
     order = [config_hash(EXPERIMENT, c) for c in tuning_grid(grid)]  # finals follow
-    wanted = () if pending or grid not in PENDING_CSV else wanted_runs(grid, records)
-    return results.write(records, grid, order, pending=pending, wanted=wanted)
-
-
-def wanted_runs(name: str, records: list[RunRecord]) -> list[str]:
-    """The keys of every run grid ``name`` asks for, as its committed, pending and given
-    records settle it; ``ExportRefused`` when one of them is not among ``records``."""
-    known = committed_and_pending(name) | {r.key: r for r in records}
-    keys = [config_hash(EXPERIMENT, c)
-            for c in configs_from(name, lambda c: known.get(config_hash(EXPERIMENT, c)))]  # fmt: skip
-    have = {r.key for r in records}
-    if missing := [k for k in keys if k not in have]:
-        raise ExportRefused(
-            f"grid {name!r} lacks {len(missing)} of its {len(keys)} runs (tuning at the "
-            "finals' budget, then the finals at the rates it chooses); export it with "
-            "--pending until they are in"
-        )
-    return keys
+    return results.write(records, grid, order)
