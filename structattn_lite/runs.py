@@ -284,3 +284,19 @@ def sweep(
             unfinished.pop(key, None)
     report_unfinished(experiment, unfinished)
     return [records[i] for i in sorted(records)]
+
+
+def run_grid(study: Any, name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
+    """A staged grid run to its end (attention: tune, widening where the grid asks, choose
+    each variant's rate on validation, train the finals, then the edge check; length:
+    fit, then refit the cells that did not): sweep ``study.grid(name)`` again while the
+    records on disk grow it. ``sweep_options``: as ``sweep`` takes them."""
+    from structattn_lite.studies import get_study
+
+    study = get_study(study)
+    store = {"store": sweep_options["store"]} if sweep_options.get("store") else {}
+    configs, records = [], []
+    while (more := study.grid(name, **store)) != configs:
+        configs = more
+        records = sweep(study, configs, progress=progress, **sweep_options)
+    return records

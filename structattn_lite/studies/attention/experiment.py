@@ -9,7 +9,7 @@ rate: ``tuning_grid(name)`` trains it at every rate of the grid's ``lrs`` on its
 trains every seed at that rate; only the final runs read the test split, once, at the
 end (``Config.read_test``). ``grid(name)`` is the tuning grid followed, once its records
 are on disk, by the final grid, so ``sweep(study, grid(name))`` twice runs everything
-(``run_grid`` does both). tau starts at sqrt(d_head) and is learned per head.
+(``runs.run_grid`` does both). tau starts at sqrt(d_head) and is learned per head.
 """
 
 from __future__ import annotations
@@ -392,19 +392,6 @@ def settled_tuning(name: str, lookup) -> tuple[list[Config], list[RunRecord], se
         if not wider:
             return tuning, done, missing
         tuning += wider
-
-
-def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
-    """Tune (widening where the grid asks), choose each variant's rate on validation,
-    train the final runs, then the edge check (rates past the sweep, which do not change
-    the choice)."""
-    from structattn_lite.runs import sweep
-
-    configs, records = [], []
-    while (more := grid(name, store=sweep_options.get("store"))) != configs:
-        configs = more
-        records = sweep(EXPERIMENT, configs, progress=progress, **sweep_options)
-    return records
 
 
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:

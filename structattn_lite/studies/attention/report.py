@@ -28,7 +28,6 @@ from structattn_lite.models.attention_checks import gradient_agreement
 from structattn_lite.report import grid_markdown, save_figure
 from structattn_lite.studies.attention.experiment import (
     resolve_dataset,
-    run_grid,
     tuning_grid,
 )
 from structattn_lite.studies.attention.figures import (
@@ -65,7 +64,7 @@ __all__ = [  # what the notebook calls, defined here or in tables and figures
     "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
     "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
     "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
-    "profile_plan", "pruning_table", "rate_drift", "run_browser", "run_profile", "summarize",
+    "profile_plan", "pruning_table", "rate_drift", "run_browser", "summarize",
     "rate_history", "tuning_table",
 ]  # fmt: skip
 DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
@@ -296,12 +295,6 @@ def gradient_table() -> pd.DataFrame:
 def profile_plan(profile: str) -> str:
     """The tuning runs of a profile's grid, in Markdown."""
     return grid_markdown(tuning_grid(profile), title=f"Tuning runs of {profile!r}")
-
-
-def run_profile(profile: str) -> list:
-    """A profile's grid, trained here (or reloaded from the run store): every variant at
-    every peak rate on its tuning seed, then every seed at the rate its variant kept."""
-    return run_grid(profile, threads=1)
 
 
 def profile_figures(records: list, profile: str, dataset: str, floors: dict) -> dict:
