@@ -1,12 +1,12 @@
 """A per-run lock, so two processes never train the same config at once.
 
-An OS file lock (``filelock.FileLock``: ``flock`` on the run's ``.lock`` file), taken
-without waiting: a run whose lock another process holds is skipped. The OS releases a
-lock when its process ends, however it ends, so the lock of a process that died is free
-at once, and a lock file no process holds (left by a crash, empty or garbage) is simply
-taken. The holder writes its pid, host and start time into the file, so a refused run
-can say who has it; on release the holder removes the file (filelock retries a lock
-taken on a file removed meanwhile).
+An OS file lock (``filelock.FileLock``: ``flock`` on the run's ``.lock`` file), waited
+for at most ``ACQUIRE_WAIT_S``: a run whose lock another process holds is skipped. The
+OS releases a lock when its process ends, however it ends, so the lock of a process that
+died is free at once, and a lock file no process holds (left by a crash, empty or
+garbage) is simply taken. The holder writes its pid, host and start time into the file,
+so a refused run can say who has it; on release the holder removes the file (filelock
+retries a lock taken on a file removed meanwhile).
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+# A run waits this long for its lock before it is skipped: long enough to ride out another
+# process's ``held`` probe (which takes a free lock for microseconds), short beside any run.
+ACQUIRE_WAIT_S = 0.1
+
 
 class RunLockedError(RuntimeError):
     """Another live process holds the lock of this run."""
@@ -31,7 +35,9 @@ class RunLock:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._lock = FileLock(self.path, timeout=0, thread_local=False, on_acquired=self._own)
+        self._lock = FileLock(
+            self.path, timeout=ACQUIRE_WAIT_S, thread_local=False, on_acquired=self._own
+        )
         self._ours: os.stat_result | None = None  # the file we locked, while we hold it
 
     def _own(self, fd: int) -> None:

@@ -394,6 +394,20 @@ def test_a_lock_file_naming_a_process_that_holds_no_lock_is_taken(tmp_path):
         assert json.loads(path.read_text())["pid"] == os.getpid()
 
 
+def test_a_moments_probe_of_a_free_lock_does_not_make_a_run_skip(tmp_path):
+    import threading
+
+    from filelock import FileLock
+
+    path = tmp_path / "abc.lock"
+    path.write_text("")
+    probe = FileLock(path, timeout=0, thread_local=False)  # as RunLock.held probes
+    probe.acquire()
+    threading.Timer(0.03, probe.release).start()
+    with RunLock(path):  # waits the probe out instead of skipping the run
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
 def test_release_leaves_a_lock_file_put_in_its_place(tmp_path):
     path = tmp_path / "abc.lock"
     lock = RunLock(path).acquire()
