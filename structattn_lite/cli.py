@@ -78,11 +78,7 @@ def _check(args) -> None:
     elif args.command == "export":
         study = get_study(args.study)
         exportable = _exportable(study)
-        if args.pending:  # only a grid being retrained over sessions has pending files
-            if not (pending := getattr(study, "PENDING_CSV", {})):
-                raise ValueError(f"--pending: no grid of the {args.study} study is being retrained")
-            check_choice("--grid (with --pending)", args.grid, pending)
-        elif exportable is not None:
+        if exportable is not None:
             check_choice("--grid", args.grid, exportable)
 
 
@@ -190,9 +186,7 @@ def _export(args) -> int:
         records = sweep(
             study,
             study.grid(args.grid),
-            # a pending export commits what has finished while `run` trains the rest: it
-            # must never start a third trainer beside the two processes of a grid
-            only_cached=args.only_cached or args.pending,
+            only_cached=args.only_cached,
             threads=args.threads,
             executor=args.executor,
             address=args.address,
@@ -202,8 +196,7 @@ def _export(args) -> int:
         if not finished:
             print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
             return 1
-        pending = {"pending": True} if args.pending else {}
-        for path in study.export(finished, grid=args.grid, **pending):
+        for path in study.export(finished, grid=args.grid):
             print(f"{path}: {len(finished)} runs of grid {args.grid!r}")
         return _report_unfinished(log, records)
 
@@ -363,13 +356,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="the committed grid to export (grokking: gap, "
         "paper_era; ablations: paper_text, paper_table4; length: committed, authors; "
         "attention: committed, long, lowparam)",
-    )
-    export.add_argument(
-        "--pending",
-        action="store_true",
-        help="write the grid's finished runs to its pending files (data/results/pending/), "
-        "which its tables do not read yet: a grid being retrained over sessions (trains "
-        "nothing, as with --only-cached)",
     )
     _execution_options(export)
     export.set_defaults(func=_export)

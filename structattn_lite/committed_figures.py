@@ -28,6 +28,7 @@ from structattn_lite.studies.attention import figures as ap
 from structattn_lite.studies.attention import lowparam
 from structattn_lite.studies.attention import report as tr
 from structattn_lite.studies.attention import tables as at
+from structattn_lite.studies.attention.grids import LONG_FIRST_SWEEP_CSV
 from structattn_lite.studies.grokking import experiment as grokking
 from structattn_lite.studies.grokking import report as gr
 from structattn_lite.studies.length import authors as la
@@ -56,12 +57,13 @@ def _register(stem: str):
 # --- 02: attention variants (data/results/attention_*) --------------------------------
 
 
-def _attention_curves(grid: str, sweep: str, dataset: str) -> list:
-    """A committed grid's full-text float32 runs on ``dataset`` that read the test split.
-    (The n-gram floors the notebook prints need the corpus, which is not committed.)"""
+def _attention_curves(records: list, dataset: str) -> list:
+    """The full-text float32 runs on ``dataset`` that read the test split among a committed
+    grid's ``records``. (The n-gram floors the notebook prints need the corpus, which is
+    not committed.)"""
     return [
         r
-        for r in at.load_committed_histories(grid, sweep)
+        for r in records
         if r.config["read_test"]
         and r.config["dataset"] == dataset
         and r.config["data_fraction"] == 1.0
@@ -71,24 +73,26 @@ def _attention_curves(grid: str, sweep: str, dataset: str) -> list:
 
 @_register("02_attention_committed_learning_curves")
 def _attention_learning_curves():
-    return ap.plot_learning_curves(_attention_curves("committed", "current", "ptb"))
+    return ap.plot_learning_curves(
+        _attention_curves(at.load_committed_histories("committed"), "ptb")
+    )
 
 
 @_register("02_attention_committed_digits_learning_curves")
 def _attention_digits_curves():
     return ap.plot_learning_curves(
-        _attention_curves("committed", "current", "digits"), metric="val_loss"
+        _attention_curves(at.load_committed_histories("committed"), "digits"), metric="val_loss"
     )
 
 
 @_register("02_attention_long_learning_curves")
 def _attention_long_curves():
-    return ap.plot_learning_curves(_attention_curves("long", "current", "ptb"))
+    return ap.plot_learning_curves(_attention_curves(at.load_committed_histories("long"), "ptb"))
 
 
 @_register("02_attention_long_learning_curves_first_sweep")
 def _attention_long_first_curves():
-    return ap.plot_learning_curves(_attention_curves("long", "first", "ptb"))
+    return ap.plot_learning_curves(_attention_curves(at.load_earlier(LONG_FIRST_SWEEP_CSV), "ptb"))
 
 
 @_register("02_attention_committed_fraction_sweep")
@@ -106,7 +110,7 @@ def _attention_fraction_sweep_best():
 def _attention_rate_sweeps():
     finals = at.main_finals(at.load_summary())
     ran_at = finals[finals["dataset"] == "ptb"].groupby("variant")["lr"].first().to_dict()
-    return ap.plot_rate_sweeps(at.load_tuning_histories("committed"), ran_at)
+    return ap.plot_rate_sweeps(at.load_tuning_histories(), ran_at)
 
 
 @_register("02_attention_lowparam")

@@ -1,4 +1,5 @@
-"""The study's settings in one place: argument checks, profiles and grids, and paths.
+"""The study's settings in one place: argument checks, profiles and grids, paths, and the
+trainers' hook interface (``Callback``).
 
 Every location can be moved with an environment variable so tests and CI never touch
 the user's cached runs or committed figures.
@@ -132,3 +133,15 @@ def resolve_device(device: str = "auto", kinds: Iterable[str] = (*TRAINING_DEVIC
             "use device='cpu' or 'auto'"
         )
     return device
+
+
+# --- the training hook -----------------------------------------------------------------
+
+
+class Callback:
+    """Hooks a notebook can hang a live plot on (minGPT style). Here, below the trainers
+    that call it and the reports that draw with it (``report.LivePlot``)."""
+
+    def on_batch_end(self, trainer: Any, loss: float, grad_norm: float) -> None: ...
+
+    def on_epoch_end(self, trainer: Any, row: dict[str, Any]) -> None: ...

@@ -27,7 +27,6 @@ EXECUTORS = ("local", "ray")
 RunOne = Callable[..., RunRecord]  # run_one(item, checkpoint=plan or None)
 CheckpointFor = Callable[[Any], "str | Path | None"]
 Claim = Callable[[Any], Any]  # item -> what of it to run now, or None to skip it
-HeartbeatFor = Callable[[Any], "Callable[[], None] | None"]  # item -> called per checkpoint
 
 
 def failed_record(experiment: str, config: Any, error: BaseException | str) -> RunRecord:
@@ -62,14 +61,13 @@ def run_guarded(
     threads: int | None = 1,
     checkpoint_for: CheckpointFor | None = None,
     checkpoint_every: int = 0,
-    heartbeat: Callable[[], None] | None = None,
 ) -> RunRecord | list[RunRecord]:
     """``run_one(item, checkpoint=plan)``; an exception becomes a record, except a
     store-wide StoreError (a full disk), which no other run escapes."""
     stacked = isinstance(item, (list, tuple))
     path = checkpoint_for(item) if checkpoint_for is not None else None
     try:
-        plan = checkpoint_plan(path, checkpoint_every, stacked=stacked, heartbeat=heartbeat)
+        plan = checkpoint_plan(path, checkpoint_every, stacked=stacked)
         with few_threads(threads):
             return run_one(item, checkpoint=plan)
     except StoreError as err:
@@ -96,7 +94,6 @@ def execute(
     checkpoint_every: int = 0,
     desc: str | None = None,
     claim: Claim | None = None,
-    heartbeat_for: HeartbeatFor | None = None,
 ) -> Iterator[tuple[Any, RunRecord]]:
     """Run every config, yielding ``(item, record)`` as each finishes.
 
@@ -107,7 +104,6 @@ def execute(
     threads per run. ``checkpoint_for(item) -> path``: on a cluster, a retried run resumes
     only on a shared file system. ``claim(item) -> item | None``: what of an item to run
     now (None skips it); local claims each item just before it runs, Ray all up front.
-    ``heartbeat_for(item)``: called (local) after each checkpoint of that item is saved.
     """
     # Checked here, not when the first result is asked for (the rest is a generator).
     check_choice("executor", executor, EXECUTORS)
@@ -129,20 +125,19 @@ def execute(
     )
     bar = tqdm(total=len(configs), desc=desc or experiment, unit="run", disable=not progress)
     if executor == "local":
-        return _execute_local(run_one, configs, bar, options, claim, heartbeat_for)
+        return _execute_local(run_one, configs, bar, options, claim)
     resources = dict(num_cpus=cpus_per_run, num_gpus=gpus_per_run)
     return _execute_ray(run_one, configs, bar, address, num_cpus, resources, options, claim)
 
 
-def _execute_local(run_one, configs, bar, options, claim, heartbeat_for):
+def _execute_local(run_one, configs, bar, options, claim):
     with contextlib.closing(bar):
         for config in configs:
             item = config if claim is None else claim(config)
             if item is None:  # another process has it, or it finished meanwhile
                 bar.update(1)
                 continue
-            heartbeat = heartbeat_for(item) if heartbeat_for is not None else None
-            record = run_guarded(run_one, item, heartbeat=heartbeat, **options)
+            record = run_guarded(run_one, item, **options)
             bar.update(1)
             yield item, record
 

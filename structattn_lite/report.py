@@ -18,8 +18,7 @@ from IPython.display import display
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from structattn_lite.config import COMMITTED, check_choice, figures_dir
-from structattn_lite.training.trainer import Callback
+from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
 #

@@ -42,9 +42,7 @@ def held_elsewhere(study: Any, configs: Sequence[Any], store: RunStore | None = 
         key = config_hash(experiment, cfg)
         if store.load(experiment, cfg) is not None:
             continue
-        lock = RunLock(store.path(experiment, key).with_suffix(".lock"))
-        owner = lock.owner()
-        if owner is not None and lock.stale_reason(owner) is None:
+        if RunLock(store.path(experiment, key).with_suffix(".lock")).held():
             held.append(key)
     return held
 
@@ -236,11 +234,6 @@ def sweep(
             return None
         return left if isinstance(unit, list) and len(left) > 1 else left[0]
 
-    def heartbeat_for(unit: Any) -> Any:
-        keys = [config_hash(experiment, c) for c in (unit if isinstance(unit, list) else [unit])]
-        held = [locks[k] for k in keys if k in locks]
-        return lambda: [lock.refresh() for lock in held]
-
     run_one = functools.partial(
         run_unit,
         study,
@@ -262,7 +255,6 @@ def sweep(
             checkpoint_every=checkpoint_every,
             desc=f"{experiment} runs",
             claim=claim,
-            heartbeat_for=heartbeat_for,
         )
         for unit, got in results:
             pairs = zip(unit, got, strict=True) if isinstance(unit, list) else [(unit, got)]
@@ -292,3 +284,19 @@ def sweep(
             unfinished.pop(key, None)
     report_unfinished(experiment, unfinished)
     return [records[i] for i in sorted(records)]
+
+
+def run_grid(study: Any, name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
+    """A staged grid run to its end (attention: tune, widening where the grid asks, choose
+    each variant's rate on validation, train the finals, then the edge check; length:
+    fit, then refit the cells that did not): sweep ``study.grid(name)`` again while the
+    records on disk grow it. ``sweep_options``: as ``sweep`` takes them."""
+    from structattn_lite.studies import get_study
+
+    study = get_study(study)
+    store = {"store": sweep_options["store"]} if sweep_options.get("store") else {}
+    configs, records = [], []
+    while (more := study.grid(name, **store)) != configs:
+        configs = more
+        records = sweep(study, configs, progress=progress, **sweep_options)
+    return records

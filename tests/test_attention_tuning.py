@@ -8,15 +8,14 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from test_attention_study import TINY, _garbage_test_split
 
 from structattn_lite import claims
-from structattn_lite.config import PROFILES, results_dir
+from structattn_lite.config import PROFILES
 from structattn_lite.data import fallback_corpus
-from structattn_lite.records import ExportRefused, RunRecord, RunStore, config_dict
+from structattn_lite.records import RunRecord, RunStore, config_dict
 from structattn_lite.studies.attention import experiment as st
 from structattn_lite.studies.attention import grids, results, tables
 from structattn_lite.studies.attention import report as tr
@@ -139,22 +138,27 @@ def test_the_long_grid_reuses_the_committed_rates_and_ships_its_own_files():
         st.export([], grid="quick")
 
 
-def test_first_sweep_records_load_beside_the_current_ones(tmp_path, monkeypatch):
-    first = tables.load_summary("long", sweep="first")  # committed: every final at 0.006
+def test_the_earlier_sweeps_the_figures_draw_load_beside_the_current_ones(tmp_path, monkeypatch):
+    first = tr.load_first_sweep()  # the committed grid's first sweep: every final at 0.006
     finals = first[~first["tuning"].astype(bool)]
     assert len(finals) and set(finals["lr"]) == {6e-3}
-    runs = tables.load_committed_histories("long", "first")
-    assert {r.config["seed"] for r in runs if r.config["read_test"]} == set(finals["seed"])
-    assert tables.load_committed_histories("committed", "first") == []  # no histories kept
-    pd.testing.assert_frame_equal(tr.load_first_sweep(), tables.load_summary("committed", "first"))
-    with pytest.raises(ValueError, match=r"sweep='second' is not allowed; choose one of"):
-        tables.load_summary("long", sweep="second")
+    long_first = tables.load_earlier(grids.LONG_FIRST_SWEEP_CSV)
+    finals = [r for r in long_first if r.config["read_test"]]
+    assert finals and {r.config["recipe"]["lr"] for r in finals} == {6e-3}
+    assert {r.config["recipe"]["max_steps"] for r in finals} == {8000}
+    # the committed grid's tuning over both schedules, each run once
+    tuning = tables.load_tuning_histories()
+    assert len({r.key for r in tuning}) == len(tuning) and not any(
+        r.config["read_test"] for r in tuning
+    )
+    steps = {r.config["recipe"]["max_steps"] for r in tuning if r.config["dataset"] == "ptb"}
+    assert steps == {600, 1000}
     with pytest.raises(ValueError, match=r"grid='quick' is not allowed; choose one of"):
-        tables.load_summary("quick", sweep="first")
-    # a grid whose files are not there loads as None / no runs, whichever the sweep
+        tables.load_summary("quick")
+    # a grid whose files are not there loads as None / no runs
     monkeypatch.setattr("structattn_lite.config.results_dir", lambda: tmp_path)
-    assert tables.load_summary("long", sweep="first") is None
-    assert tables.load_committed_histories("long", "current") == []
+    assert tables.load_summary("long") is None
+    assert tables.load_committed_histories("long") == []
 
 
 def test_each_part_shows_the_ledger_rows_it_decides_and_the_floors_of_its_text():
@@ -188,39 +192,22 @@ def test_rate_drift_names_runs_trained_at_rates_their_source_grid_no_longer_choo
     assert moved.values.tolist() == [["dot", 6e-3, 2.4e-2]]  # the low-data rate never enters
 
 
-def test_the_rate_history_reads_every_sweep_a_grid_keeps_oldest_first(tmp_path, monkeypatch):
-    def sweep(lr, vals, tune_steps, tune_seeds, seeds=3):
-        finals = [{"variant": v, "lr": lr, "val_bpc": x + 0.01 * s, "seed": s, "part": "main",
-                   "tuning": False, "dataset": "ptb", "max_steps": 1000}
-                  for v, x in vals.items() for s in range(seeds)]  # fmt: skip
-        tuning = [{**finals[0], "lr": r, "seed": k, "tuning": True, "max_steps": tune_steps,
-                   "val_bpc": 9.0} for r in (lr / 2, lr) for k in range(tune_seeds)]  # fmt: skip
-        digits = {**tuning[0], "dataset": "digits", "part": "digits", "max_steps": 9}
-        return pd.DataFrame([*finals, *tuning, digits])  # digits and tuning never enter
-
-    files = {"first sweep": grids.FIRST_SWEEP_CSV, "retired": grids.RETIRED_CSV,
-             "committed": grids.COMMITTED_CSV}  # fmt: skip
-    made = {"first sweep": sweep(6e-3, {"dot": 2.0, "dense": 2.4}, 600, 1),
-            "retired": sweep(4.8e-2, {"dot": 2.1}, 600, 1),
-            "committed": pd.concat([sweep(1.2e-2, {"dot": 1.8}, 1000, 3),
-                                    sweep(6e-3, {"dense": 2.4}, 1000, 3, seeds=1)])}  # fmt: skip
-    for name, frame in made.items():
-        path = tmp_path / files[name]["committed"][0]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(path, index=False)
-    monkeypatch.setattr(st.cfgmod, "results_dir", lambda: tmp_path)
-    history = tr.rate_history(("committed",)).loc[("committed", 1000)]
-    dot = history.loc["dot"]
-    assert list(dot.index) == ["first sweep", "retired", "committed"]
-    assert list(dot["rate"]) == ["0.006", "0.048", "0.012"]
-    assert list(dot["tuned over"]) == ["600 steps, one seed"] * 2 + ["1,000 steps, 3 seeds"]
-    assert dot.loc["committed", "rates tried"] == "0.006/0.012"
-    assert dot.loc["retired", "change from the sweep before"].startswith("+0.100 [")
-    assert dot.loc["retired", "change from the sweep before"].endswith("worse")
-    assert dot.loc["committed", "change from the sweep before"].endswith("better")
-    dense = history.loc["dense"]  # no retired runs; one seed at the newest rate
-    assert list(dense.index) == ["first sweep", "committed"]
-    assert dense.loc["committed", "change from the sweep before"].endswith("no interval")
+def test_the_rate_history_ends_at_the_rates_the_committed_finals_ran_at():
+    history = tr.rate_history()
+    assert list(history.index.names) == ["grid", "finals steps", "variant", "sweep"]
+    for grid, steps in (("committed", 1000), ("long", 8000)):
+        finals = tables.main_finals(tables.load_summary(grid))
+        finals = finals[finals["dataset"] == "ptb"]
+        ran_at = finals.groupby("variant")["lr"].first()
+        rows = history.loc[(grid, steps)]
+        assert set(rows.index.get_level_values("variant")) == set(ran_at.index)
+        for variant, lr in ran_at.items():
+            last = rows.loc[variant].iloc[-1]  # oldest first: the committed sweep ends it
+            assert rows.loc[variant].index[-1] == "committed" and last["rate"] == pytest.approx(lr)
+            seeds = finals[finals["variant"] == variant]["seed"].nunique()
+            assert f"(n={seeds}, 95% t)" in last["validation bpc"]
+    tuned = history.xs("committed", level="sweep").loc[("committed", 1000)]
+    assert set(tuned["steps tuned at"]) == {1000} and set(tuned["tuning seeds"]) == {3}
 
 
 def test_best_known_keeps_each_variant_at_its_better_rate_on_validation():
@@ -403,16 +390,16 @@ def test_a_new_store_gets_a_grids_committed_runs_and_exports_them_unchanged(
     store = RunStore(tmp_path / "runs")
     configs = st.grid(name, store=store)  # restores, then reads the store
     assert all(store.path("attention", r.key).exists() for r in committed)
-    if grids.GRIDS[name].get("rates_from") not in grids.PENDING_CSV:
+    if grids.GRIDS[name].get("rates_from") is None:
         # the grid still asks for every committed run: none retrained
-        grown = {r.key: r for c in configs if (r := store.load("attention", c)) is not None}
-        assert set(grown) == {r.key for r in committed}
-        cached = grown
-        tuned = [r for r in grown.values() if not r.config["read_test"]]
+        cached = {r.key: r for c in configs if (r := store.load("attention", c)) is not None}
+        assert set(cached) == {r.key for r in committed}
+        tuned = [r for r in cached.values() if not r.config["read_test"]]
         assert st.choose_lrs(tuned) == st.choose_lrs(
             [r for r in committed if not r.config["read_test"]]
         )
-    else:  # its source grid is being retuned: its tuning waits on that grid's new runs
+    else:  # its tuning is its source grid's, whose files this folder lacks: it asks for
+        # that tuning first, and its committed finals wait in the store
         assert not any(c.read_test for c in configs)
         cached = {r.key: store.load("attention", r.config) for r in committed}
     before = [path.read_bytes() for path in files]
@@ -439,86 +426,14 @@ def _retune_again(monkeypatch):
     monkeypatch.setitem(grids.GRIDS, "committed", spec)
 
 
-def test_a_grid_being_retuned_keeps_its_runs_pending_until_its_finals_are_retrained(
-    tmp_path, monkeypatch
-):
-    results_dir, files = _as_committed("committed", tmp_path, monkeypatch)
-    _retune_again(monkeypatch)
-    tuning = [c for c in st.tuning_grid("committed") if c.dataset == "ptb"]
-    keys = list(dict.fromkeys(st.variant_key(c) for c in tuning))
-    dot = [c for c in tuning if st.variant_key(c) == keys[0]]  # committed finals at 0.012
-    # dot settled, best at 0.024 (interior); the next variant has one of its runs in
-    runs = _made_up_tuning(dot, lambda lr: 2.0 + abs(lr - 2.4e-2)) + _made_up_tuning(
-        [c for c in tuning if st.variant_key(c) == keys[1]][:1], lambda lr: 2.0
-    )
-    before = [path.read_bytes() for path in files]
-    st.export(runs, grid="committed", pending=True)
-    assert [path.read_bytes() for path in files] == before  # the tables read what they did
-    pending = tables.load_pending_histories("committed")
-    assert {r.key for r in pending} == {r.key for r in runs}
-    # a fresh store gets them back: no pending run retrains, dot's finals wait at 0.024
-    store = RunStore(tmp_path / "runs")
-    configs = st.grid("committed", store=store)
-    assert all(store.load("attention", c) is not None for c in dot)
-    dot_finals = [c for c in configs if c.read_test and st.variant_key(c) == keys[0]]
-    assert dot_finals and {c.recipe.lr for c in dot_finals} == {2.4e-2}
-    pending_bytes = [(results_dir / f).read_bytes() for f in grids.PENDING_CSV["committed"]]
-    restored = [store.load("attention", c) for c in dot]
-    assert st.export(restored, grid="committed", pending=True) == []  # nothing new to write
-    assert [(results_dir / f).read_bytes() for f in grids.PENDING_CSV["committed"]] == pending_bytes
-
-
 def test_the_ledger_says_how_the_committed_records_chose_their_rates():
     from structattn_lite.claims import attention as ca
 
-    retired = pd.read_csv(results_dir() / grids.RETIRED_CSV["committed"][0])
+    first = tr.load_first_sweep()
     # the first finals, tuned over 600 steps of seed 0
-    assert "over 600 steps of one seed (not at this budget)" in ca.committed_protocol(retired)
-    assert "(600 steps of one seed, not at this budget)" in ca.long_protocol(retired)
+    assert "over 600 steps of one seed (not at this budget)" in ca.committed_protocol(first)
+    assert "(600 steps of one seed, not at this budget)" in ca.long_protocol(first)
     # the retuned grid: its tuning runs as long as its finals, on three seeds
     protocol = ca.committed_protocol(tables.load_summary("committed"))
     assert "chosen on validation at this budget over 3 seeds" in protocol
     assert "not at this budget" not in protocol
-
-
-def test_a_retuned_grid_replaces_its_committed_runs_only_once_every_run_is_in(
-    tmp_path, monkeypatch
-):
-    results_dir, files = _as_committed("committed", tmp_path, monkeypatch)
-    _retune_again(monkeypatch)
-    old = pd.read_csv(files[0])
-    # every variant's tuning settles at 0.024: the finals committed at 0.024 stand
-    tuned = _made_up_tuning(st.tuning_grid("committed"), lambda lr: 2.0 + abs(lr - 2.4e-2))
-    st.export(tuned, grid="committed", pending=True)
-    store = RunStore(tmp_path / "runs")
-    configs = st.grid("committed", store=store)
-    with pytest.raises(ExportRefused, match=r"grid 'committed' lacks \d+ of its \d+ runs"):
-        st.export([r for c in configs if (r := store.load("attention", c))], grid="committed")
-    assert files[0].read_bytes() == old.to_csv(index=False, float_format="%.6g").encode()
-    retrained = [c for c in configs if store.load("attention", c) is None]
-    retrained = [c for c in retrained if c.dataset == "ptb"]  # the digits widen below
-    assert retrained and {c.recipe.lr for c in retrained} == {2.4e-2}
-    while missing := [c for c in st.grid("committed", store=store)
-                      if store.load("attention", c) is None]:  # fmt: skip
-        for r in _made_up_tuning(missing, lambda lr: 1.5 + abs(lr - 2.4e-2)):
-            store.save(r)  # the finals whose rate moved, and wider digits tuning
-    records = [store.load("attention", c) for c in st.grid("committed", store=store)]
-    st.export(records, grid="committed")
-    now = pd.read_csv(files[0])
-    assert set(now["key"]) == {r.key for r in records}  # exactly the grid's runs
-    retired = pd.read_csv(results_dir / grids.RETIRED_CSV["committed"][0])
-    assert set(retired["key"]) == set(old["key"]) - set(now["key"])
-    assert set(retired.loc[retired["tuning"], "seed"]) == {0, 1, 2}  # the old tuning
-    kept = now[now["key"].isin(old["key"]) & ~now["tuning"] & (now["dataset"] == "ptb")]
-    at = old[~old["tuning"] & (old["dataset"] == "ptb") & np.isclose(old["lr"], 2.4e-2)]
-    assert len(at) and set(kept["key"]) == set(at["key"])  # finals that stand, unchanged
-    assert not any((results_dir / f).exists() for f in grids.PENDING_CSV["committed"])
-    histories = pd.read_csv(files[1])
-    assert set(histories["key"]) == set(now["key"])
-    # both tuning schedules stay readable, each run once (the figure draws them)
-    tuning = tables.load_tuning_histories("committed")
-    assert len({r.key for r in tuning}) == len(tuning)
-    assert {r.config["seed"] for r in tuning if r.config["dataset"] == "ptb"} == {0, 1, 2, 5, 6, 7}
-    # a fresh store gets the whole grid back: nothing left to train
-    fresh = RunStore(tmp_path / "fresh")
-    assert all(fresh.load("attention", c) for c in st.grid("committed", store=fresh))

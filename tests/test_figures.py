@@ -56,9 +56,9 @@ def ablations():
 def attention_records():
     """The committed attention histories are scalars per run; maps, weights, pruning and
     gradient norms exist only in full records, so the smoke grid supplies them."""
-    from structattn_lite.studies.attention.experiment import run_grid
+    from structattn_lite.runs import run_grid
 
-    return [r for r in run_grid("smoke", progress=False) if r.status == "ok"]
+    return [r for r in run_grid("attention", "smoke", progress=False) if r.status == "ok"]
 
 
 def _attention_summary():
@@ -70,7 +70,7 @@ def _attention_summary():
 def _committed_tuning():
     from structattn_lite.studies.attention.tables import load_tuning_histories
 
-    return load_tuning_histories("committed")
+    return load_tuning_histories()
 
 
 def _first_with(field: str):

@@ -361,27 +361,57 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def test_lock_of_a_dead_process_is_taken_over(tmp_path):
+def hold_in_a_subprocess(path):
+    """A live process on this host holding the lock at ``path``; kill it to end it."""
+    code = ("import sys, time; from structattn_lite.locking import RunLock; "
+            "RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_lock_of_a_live_process_is_refused_and_of_a_dead_one_taken_over(tmp_path):
     path = tmp_path / "abc.lock"
-    pid = dead_pid()
-    path.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "time": "then"}))
+    proc = hold_in_a_subprocess(path)
+    try:
+        with pytest.raises(RunLockedError, match=rf"process {proc.pid} on {socket.gethostname()}"):
+            RunLock(path).acquire()
+        assert RunLock(path).held()
+    finally:
+        proc.kill()  # dies holding it: no release ran, the lock file stays
+        proc.wait()
+    assert json.loads(path.read_text())["pid"] == proc.pid
+    assert not RunLock(path).held()
     with RunLock(path):
         assert json.loads(path.read_text())["pid"] == os.getpid()
 
 
-def test_old_lock_is_taken_over_and_a_live_one_from_elsewhere_is_not(tmp_path):
+def test_a_lock_file_naming_a_process_that_holds_no_lock_is_taken(tmp_path):
     path = tmp_path / "abc.lock"
-    path.write_text(json.dumps({"pid": 1, "host": "another-host", "time": "then"}))
-    with pytest.raises(RunLockedError, match="process 1 on another-host"):
-        RunLock(path, stale_after=60).acquire()  # another host's pid cannot be probed
-    os.utime(path, (time.time() - 120, time.time() - 120))
-    with RunLock(path, stale_after=60):
+    path.write_text(json.dumps({"pid": dead_pid(), "host": socket.gethostname(), "time": "then"}))
+    with RunLock(path):
         assert json.loads(path.read_text())["pid"] == os.getpid()
 
 
-def test_release_leaves_a_lock_taken_over_by_another(tmp_path):
+def test_a_moments_probe_of_a_free_lock_does_not_make_a_run_skip(tmp_path):
+    import threading
+
+    from filelock import FileLock
+
+    path = tmp_path / "abc.lock"
+    path.write_text("")
+    probe = FileLock(path, timeout=0, thread_local=False)  # as RunLock.held probes
+    probe.acquire()
+    threading.Timer(0.03, probe.release).start()
+    with RunLock(path):  # waits the probe out instead of skipping the run
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
+def test_release_leaves_a_lock_file_put_in_its_place(tmp_path):
     path = tmp_path / "abc.lock"
     lock = RunLock(path).acquire()
+    path.unlink()  # the file replaced (e.g. by hand) while we held the old one
     path.write_text(json.dumps({"pid": 1, "host": "another-host", "time": "now"}))
     lock.release()
     assert json.loads(path.read_text())["host"] == "another-host"

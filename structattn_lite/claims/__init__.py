@@ -15,9 +15,9 @@ import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.claims import attention, csp, length
-from structattn_lite.claims.csp import GAP_METRIC, SPIKE_WINDOW, gap_verdict, seed_gaps
 from structattn_lite.claims.rows import COLUMNS, TASK_NAME
 from structattn_lite.config import results_dir
+from structattn_lite.studies.grokking.report import GAP_METRIC, SPIKE_WINDOW, gap_verdict, seed_gaps
 
 CLAIMS_CSV = "claims.csv"
 # --- the table --------------------------------------------------------------------------

@@ -40,8 +40,8 @@ def describe(row: pd.Series) -> str:
 
 def _curves(ax, ident: str) -> bool:
     """Whole-string test accuracy per seed for the claims the gap grid's records carry."""
-    from structattn_lite.claims.csp import GAP_METRIC
     from structattn_lite.studies.grokking.experiment import committed_records
+    from structattn_lite.studies.grokking.report import GAP_METRIC
 
     kind, *rest = ident.split("/")
     if kind in ("gap", "spike"):

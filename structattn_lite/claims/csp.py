@@ -18,7 +18,11 @@ from structattn_lite.claims.rows import (
     read,
     row,
 )
-from structattn_lite.studies.grokking.report import GAP_METRIC, SPIKE_WINDOW
+from structattn_lite.studies.grokking.report import (
+    SPIKE_WINDOW,
+    gap_verdict,
+    seed_gaps,
+)
 
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
 
@@ -105,69 +109,9 @@ def table4() -> list[dict]:
 
 
 # --- the CSP paper: grokking gap and gradient-norm spike ----------------------------------
-# The gap's metric and the spike's window are the grokking study's (GAP_METRIC, SPIKE_WINDOW).
-
-CHANCE = {"parity": 0.5, "mod3": 2 / 3, "dyck1": 0.5}  # majority class of the whole string
-PLATEAU_ABOVE_CHANCE = 0.1  # an epoch "at chance" scores below chance + this
-PLATEAU_EPOCHS = 2  # a grokking phase: at least this many epochs at chance before the jump
-
-
-def seed_gaps(history: pd.DataFrame, task: str) -> dict:
-    """One seed's jump (first epoch at 90%), the gaps to 99% and 100% (None: not reached),
-    whether it sat at chance before the jump, and its spike's offset from the jump."""
-    acc = history[GAP_METRIC].tolist()
-    epochs = history["epoch"].tolist()
-    first = {lvl: next((e for e, a in zip(epochs, acc, strict=True) if a >= lvl), None)
-             for lvl in (0.9, 0.99, 1.0)}  # fmt: skip
-    jump = first[0.9]
-    before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
-    plateau = sum(a < CHANCE[task] + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
-    spike = int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
-    return {
-        "jump": jump,
-        "last": epochs[-1],
-        "gap_99": None if jump is None or first[0.99] is None else first[0.99] - jump,
-        "gap_100": None if jump is None or first[1.0] is None else first[1.0] - jump,
-        "plateau": plateau,
-        "spike_offset": None if jump is None else spike - jump,
-    }
-
-
-def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
-    """(ours, low, high, verdict, reason) of one task's gap at one threshold."""
-    from structattn_lite.studies.grokking.experiment import PAPER_SEEDS
-
-    jumped = seeds[seeds["jump"].notna()]
-    reached = jumped[column].notna()
-    times = jumped[column].where(reached, jumped["last"] - jumped["jump"]).astype(float)
-    median = stats.km_median(times, reached)
-    k, n = int(reached.sum()), len(seeds)
-    mean, low, high, _ = stats.mean_interval(jumped.loc[reached, column].astype(float))
-    level = column.split("_")[1]
-    counts = f"{k} of {n} seeds reached {level}%, KM median {median:g} epochs"
-    if int(seeds["plateau"].sum()) < stats.MIN_SEEDS:
-        sat = int(seeds["plateau"].sum())
-        return (
-            mean,
-            low,
-            high,
-            stats.UNDECIDED,
-            (f"no grokking phase to measure: {sat} of {n} seeds at chance before the jump"),
-        )
-    if 2 * k < n:
-        return mean, low, high, stats.NOT_REPRODUCED, f"{counts} (the paper: all of 10)"
-    if k < stats.MIN_SEEDS:
-        return mean, low, high, stats.UNDECIDED, f"{counts}, fewer than {stats.MIN_SEEDS}"
-    _, dlow, dhigh = stats.welch_difference(
-        stats.summary(jumped.loc[reached, column].astype(float)), (*paper, PAPER_SEEDS)
-    )
-    margin = paper[1]
-    text = f"{counts}; Welch ours - paper [{dlow:+.1f}, {dhigh:+.1f}], margin ±{margin}"
-    if dhigh < -margin or dlow > margin:
-        return mean, low, high, stats.NOT_REPRODUCED, text
-    if k == n and -margin <= dlow and dhigh <= margin:
-        return mean, low, high, stats.REPRODUCED, text
-    return mean, low, high, stats.UNDECIDED, text
+# What a seed's gap is and when a task's gap reproduces the paper's are the grokking
+# study's (``seed_gaps``, ``gap_verdict``), which its notebook's table shows beside the
+# ledger's rows.
 
 
 MODEL_WORDS = {"paper": "the text's model", "authors_3bb9f71": "the authors' CSP (3bb9f71)"}

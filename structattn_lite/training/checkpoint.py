@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,21 +30,16 @@ class CheckpointPlan:
     path: Path
     every: int = 1  # epochs (evaluations, for the attention recipe) between checkpoints
     stacked: bool = False  # of several seeds trained together: a StackedTrainer's, no Trainer's
-    heartbeat: Callable[[], None] | None = None  # called after each checkpoint is saved
 
     def save(self, state: dict[str, Any]) -> Path:
-        """Write ``state`` to the plan's path (atomically), then beat the heartbeat."""
-        path = save_checkpoint(self.path, state)
-        if self.heartbeat is not None:
-            self.heartbeat()
-        return path
+        """Write ``state`` to the plan's path (atomically)."""
+        return save_checkpoint(self.path, state)
 
 
 def checkpoint_plan(
     path: str | os.PathLike | None,
     every: int = 1,
     stacked: bool = False,
-    heartbeat: Callable[[], None] | None = None,
 ) -> CheckpointPlan | None:
     """The plan to checkpoint to ``path`` every ``every`` epochs; None when ``path`` is
     None or ``every`` is 0. Only a ``StackedTrainer`` takes a ``stacked`` plan, so a unit
@@ -52,11 +47,9 @@ def checkpoint_plan(
     check_int("every", every, minimum=0)
     if not isinstance(stacked, bool):
         raise ValueError(f"stacked must be True or False, got {stacked!r}")
-    if heartbeat is not None and not callable(heartbeat):
-        raise ValueError(f"heartbeat must be a callable or None, got {heartbeat!r}")
     if path is None or every == 0:
         return None
-    return CheckpointPlan(Path(path), every, stacked, heartbeat)
+    return CheckpointPlan(Path(path), every, stacked)
 
 
 def trainer_plan(

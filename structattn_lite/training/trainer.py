@@ -26,7 +26,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from structattn_lite.config import check_choice, check_int, check_number, resolve_device
+from structattn_lite.config import (  # Callback: re-exported, the trainers' hook
+    Callback,
+    check_choice,
+    check_int,
+    check_number,
+    resolve_device,
+)
 from structattn_lite.training.checkpoint import (
     CheckpointPlan,
     load_matching_checkpoint,
@@ -99,14 +105,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, epochs:
 def adam(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
     """The default optimizer: Adam with ``optim``'s rate and (L2) weight decay."""
     return torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
-
-
-class Callback:
-    """Hooks a notebook can hang a live plot on (minGPT style)."""
-
-    def on_batch_end(self, trainer: Trainer, loss: float, grad_norm: float) -> None: ...
-
-    def on_epoch_end(self, trainer: Trainer, row: dict[str, Any]) -> None: ...
 
 
 @dataclass

@@ -9,7 +9,7 @@ rate: ``tuning_grid(name)`` trains it at every rate of the grid's ``lrs`` on its
 trains every seed at that rate; only the final runs read the test split, once, at the
 end (``Config.read_test``). ``grid(name)`` is the tuning grid followed, once its records
 are on disk, by the final grid, so ``sweep(study, grid(name))`` twice runs everything
-(``run_grid`` does both). tau starts at sqrt(d_head) and is learned per head.
+(``runs.run_grid`` does both). tau starts at sqrt(d_head) and is learned per head.
 """
 
 from __future__ import annotations
@@ -36,17 +36,15 @@ from structattn_lite.models.attention_checks import (
     time_attention,
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
-from structattn_lite.records import ExportRefused, RunRecord, config_dict, config_hash
+from structattn_lite.records import RunRecord, config_dict, config_hash
 from structattn_lite.studies.attention import results
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     GRIDS,
     IMAGE_DATASETS,
-    PENDING_CSV,
     variant_configs,
 )
 from structattn_lite.studies.attention.recipe import Recipe, train
-from structattn_lite.studies.attention.tables import committed_and_pending
 from structattn_lite.theory import SUPPORT_RULES
 
 EXPERIMENT = "attention"
@@ -396,41 +394,9 @@ def settled_tuning(name: str, lookup) -> tuple[list[Config], list[RunRecord], se
         tuning += wider
 
 
-def run_grid(name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
-    """Tune (widening where the grid asks), choose each variant's rate on validation,
-    train the final runs, then the edge check (rates past the sweep, which do not change
-    the choice)."""
-    from structattn_lite.runs import sweep
-
-    configs, records = [], []
-    while (more := grid(name, store=sweep_options.get("store"))) != configs:
-        configs = more
-        records = sweep(EXPERIMENT, configs, progress=progress, **sweep_options)
-    return records
-
-
-def export(records: list[RunRecord], grid: str = "committed", pending: bool = False) -> list[Path]:
+def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """The committed compact results (``results.write``): one CSV row per run (summary)
-    and the histories, keeping the rows of the runs an earlier session committed.
-    ``pending``: into the grid's ``PENDING_CSV`` files, which its tables do not read. A
-    grid with pending files exports only once every run it asks for is in."""
-    cfgmod.check_choice("grid", grid, PENDING_CSV if pending else COMMITTED_CSV)
+    and the histories, keeping the rows of the runs an earlier session committed."""
+    cfgmod.check_choice("grid", grid, COMMITTED_CSV)
     order = [config_hash(EXPERIMENT, c) for c in tuning_grid(grid)]  # finals follow
-    wanted = () if pending or grid not in PENDING_CSV else wanted_runs(grid, records)
-    return results.write(records, grid, order, pending=pending, wanted=wanted)
-
-
-def wanted_runs(name: str, records: list[RunRecord]) -> list[str]:
-    """The keys of every run grid ``name`` asks for, as its committed, pending and given
-    records settle it; ``ExportRefused`` when one of them is not among ``records``."""
-    known = committed_and_pending(name) | {r.key: r for r in records}
-    keys = [config_hash(EXPERIMENT, c)
-            for c in configs_from(name, lambda c: known.get(config_hash(EXPERIMENT, c)))]  # fmt: skip
-    have = {r.key for r in records}
-    if missing := [k for k in keys if k not in have]:
-        raise ExportRefused(
-            f"grid {name!r} lacks {len(missing)} of its {len(keys)} runs (tuning at the "
-            "finals' budget, then the finals at the rates it chooses); export it with "
-            "--pending until they are in"
-        )
-    return keys
+    return results.write(records, grid, order)

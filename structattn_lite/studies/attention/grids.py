@@ -70,7 +70,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # each on 5 seeds. Rates are chosen as ``lowparam`` chooses them (issue 26): on
     # validation at the finals' own 1,000 steps over three tuning seeds, the sweep widened
     # wherever its best rate is at an edge. Its first finals' rates came from 600 steps of
-    # one seed; those finals and that tuning are kept in ``RETIRED_CSV``. The
+    # one seed; that tuning's curves are kept in ``RETIRED_TUNING_CSV``. The
     # rates start at 0.012: 0.006 lost to 0.012 and 0.024 on every text variant at 600
     # steps, and widening adds it back to any variant whose best is 0.012.
     "committed": {
@@ -86,7 +86,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # 30 core-minutes a run here (8,000 steps, about 6.5 passes over the text). No
     # tuning of its own: each variant keeps the rate the committed grid chose for it on
     # validation (``rates_from``). Committed twice: at the first sweep's choice (all three
-    # at 0.006, 3 seeds; ``FIRST_SWEEP_CSV``) and at the widened sweep's (as many seeds as
+    # at 0.006, 3 seeds; ``LONG_FIRST_SWEEP_CSV``) and at the widened sweep's (as many seeds as
     # one session's cores finished; the captions count them), so the two also say whether
     # a rate chosen over 600 steps still serves at 8,000. Dense (shared and separate q/k)
     # joined last (issue 26), so "equal or better than dense" gets a long-budget answer.
@@ -139,31 +139,16 @@ COMMITTED_CSV = {
     "long": ("attention_long_runs.csv", "attention_long_histories.csv.gz"),
     "lowparam": ("attention_lowparam_runs.csv", "attention_lowparam_histories.csv.gz"),
 }
-# grid -> (runs, histories or None): the committed grids' records from the first sweep
-# (rates 0.003/0.006; every variant kept 0.006), kept beside the current ones when the
-# sweep was widened: their finals are the numbers at that rate, so
-# ``report.rate_history`` can say whether the short schedule's choice holds at 1,000
-# steps (committed) and at 8,000 (long).
-FIRST_SWEEP_CSV = {
-    "committed": ("attention_runs_first_sweep.csv", None),
-    "long": ("attention_long_runs_first_sweep.csv", "attention_long_histories_first_sweep.csv.gz"),
-}
-# grid -> (runs, histories): the finished runs of a grid being retrained over sessions
-# (tuning, then the finals whose rate moved) that its committed tables do not read yet;
-# ``results.restore_committed`` brings them back into a fresh run store.
-PENDING_CSV = {
-    "committed": ("pending/attention_runs.csv", "pending/attention_histories.csv.gz"),
-}
-# grid -> (runs, histories): a retuned grid's committed runs that it no longer asks for
-# (tuning over a shorter schedule, finals at a rate no longer chosen), moved here when
-# its pending runs join its committed files, so the history stays readable.
-RETIRED_CSV = {
-    "committed": ("attention_runs_retired.csv", "attention_histories_retired.csv.gz"),
-}
-# sweep -> the files that keep a grid's runs from it, oldest first: the first sweep, the
-# runs a retuning retired, the current committed files, a retuning's pending runs
-SWEEP_FILES = {"first": FIRST_SWEEP_CSV, "retired": RETIRED_CSV, "current": COMMITTED_CSV,
-               "pending": PENDING_CSV}  # fmt: skip
+# The committed grids are final. Of their earlier learning-rate sweeps, data/results keeps
+# what a committed figure draws: the committed grid's first-sweep runs (every final at
+# 0.006; the fraction sweep at each variant's better rate), its 600-step one-seed tuning
+# curves that the retuning at 1,000 steps over 3 seeds replaced (the rate sweeps), and the
+# long grid's curves at the first sweep's rates. How each variant came to its rate, sweep
+# by sweep, is the table ``RATE_HISTORY_CSV`` (``report.rate_history``).
+FIRST_SWEEP_CSV = "attention_runs_first_sweep.csv"
+RETIRED_TUNING_CSV = "attention_histories_retired.csv.gz"
+LONG_FIRST_SWEEP_CSV = "attention_long_histories_first_sweep.csv.gz"
+RATE_HISTORY_CSV = "attention_rate_history.csv"
 # the n-gram floors of the text, exported beside the text grids for the figures to draw
 FLOORS_CSV = "attention_ngram_floors.csv"
 # The recipe's target on these machines: dot product at or below this validation bpc

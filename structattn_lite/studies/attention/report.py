@@ -11,15 +11,13 @@ rival's edge per fraction of the text (``low_data_table``) and what bfloat16 cos
 Between rates: a grid's ``lrs`` are its sweep, and each variant keeps the rate with the
 best validation number among them (``experiment.choose_lrs``); ``edge_lrs`` are tuning
 runs on the same terms at rates past the sweep, trained after the finals, which never
-change the choice but show whether the sweep's edge capped it (``tuning_table``). The
-committed grids keep the final runs of each earlier sweep, so whether a rate chosen over
-a short tuning schedule also wins over the finals' budget is read from the final runs of
-every sweep (the notebook's appendix, ``rate_history``).
+change the choice but show whether the sweep's edge capped it (``tuning_table``). How the
+committed grids came to their rates over three sweeps, and whether a rate chosen over a
+short tuning schedule also won over the finals' budget, is a committed table (the
+notebook's appendix, ``rate_history``).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
@@ -30,7 +28,6 @@ from structattn_lite.models.attention_checks import gradient_agreement
 from structattn_lite.report import grid_markdown, save_figure
 from structattn_lite.studies.attention.experiment import (
     resolve_dataset,
-    run_grid,
     tuning_grid,
 )
 from structattn_lite.studies.attention.figures import (
@@ -41,7 +38,12 @@ from structattn_lite.studies.attention.figures import (
     plot_weight_histograms,
     run_browser,
 )
-from structattn_lite.studies.attention.grids import GRIDS, IMAGE_DATASETS
+from structattn_lite.studies.attention.grids import (
+    FIRST_SWEEP_CSV,
+    GRIDS,
+    IMAGE_DATASETS,
+    RATE_HISTORY_CSV,
+)
 from structattn_lite.studies.attention.tables import (
     budget_table,
     difference,
@@ -49,15 +51,12 @@ from structattn_lite.studies.attention.tables import (
     float32_finals,
     fraction_table,
     grid_caption,
-    interval,
     load_committed_histories,
     load_summary,
-    load_sweeps,
     main_finals,
     measurement_table,
     pruning_table,
     summarize,
-    tuning_schedule,
 )
 from structattn_lite.studies.attention.tasks import floor_table
 
@@ -65,7 +64,7 @@ __all__ = [  # what the notebook calls, defined here or in tables and figures
     "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
     "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
     "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
-    "profile_plan", "pruning_table", "rate_drift", "run_browser", "run_profile", "summarize",
+    "profile_plan", "pruning_table", "rate_drift", "run_browser", "summarize",
     "rate_history", "tuning_table",
 ]  # fmt: skip
 DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
@@ -200,10 +199,12 @@ def rate_drift(summary: pd.DataFrame, source: pd.DataFrame | None) -> pd.DataFra
     return pd.DataFrame(moved, columns=columns)
 
 
-def load_first_sweep() -> pd.DataFrame | None:
+def load_first_sweep() -> pd.DataFrame:
     """The committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
     the sweep was widened: its final runs are the full-budget numbers at that rate."""
-    return load_summary("committed", sweep="first")
+    from structattn_lite.config import results_dir
+
+    return pd.read_csv(results_dir() / FIRST_SWEEP_CSV)
 
 
 def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> pd.DataFrame:
@@ -223,48 +224,17 @@ def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> p
     return pd.concat(chosen, ignore_index=True) if chosen else new.assign(sweep=[])
 
 
-SWEEP_NAMES = {"first": "first sweep", "current": "committed"}  # the appendix's words
+def rate_history() -> pd.DataFrame:
+    """The appendix: how the committed and long grids' main variants came to their rates,
+    sweep by sweep, oldest first (first sweep, the finals a retuning retired, committed):
+    the rates each sweep's tuning tried, over how many steps and seeds, the rate its
+    finals ran at, their validation bpc (mean, 95% t) and the change from the sweep before
+    (later minus earlier, 95% Welch t; negative: the later rate is better). The grids are
+    final, so this is a committed table (``grids.RATE_HISTORY_CSV``), not recomputed."""
+    from structattn_lite.config import results_dir
 
-
-def rate_history(grids=("committed", "long")) -> pd.DataFrame:
-    """The appendix: how each grid's main variants came to their rates. Per grid (its
-    finals' budget in steps), variant and sweep of final runs its files keep
-    (``load_sweeps``, oldest first): the rates its tuning runs tried, over how many steps
-    and seeds, the rate its finals ran at, their validation bpc (mean, 95% t), and the
-    change from the variant's sweep before (later minus earlier, 95% Welch t; negative:
-    the later rate is better on validation)."""
-    rows = []
-    for grid in grids:
-        sweeps = [(name, frame) for name, frame in load_sweeps(grid) if len(main_finals(frame))]
-        if not sweeps:
-            continue
-        steps = max(int(main_finals(f)["max_steps"].max()) for _, f in sweeps)
-        variants = dict.fromkeys(v for _, f in sweeps for v in main_finals(f)["variant"])
-        for variant in variants:
-            before = None
-            for name, frame in sweeps:
-                now = main_finals(frame)
-                now = now[now["variant"] == variant]
-                if now.empty:
-                    continue
-                tuned = frame[frame["tuning"].astype(bool) & (frame["variant"] == variant)
-                              & (frame["dataset"] == now["dataset"].iloc[0])]  # fmt: skip
-                over, seeds, *_ = tuning_schedule(frame, now["dataset"].iloc[0])
-                change = ""
-                if before is not None:
-                    d, lo, hi, n = difference(before["val_bpc"], now["val_bpc"])
-                    word = ("no interval" if math.isnan(lo) else "better" if hi < 0
-                            else "worse" if lo > 0 else "no difference shown")  # fmt: skip
-                    change = f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n}): {word}"
-                rows.append({
-                    "grid": grid, "steps": steps, "variant": variant,
-                    "records": SWEEP_NAMES.get(name, name),
-                    "rates tried": "/".join(f"{lr:g}" for lr in sorted(tuned["lr"].unique())),
-                    "tuned over": f"{over} steps, {seeds}", "rate": f"{now['lr'].iloc[0]:g}",
-                    "val bpc": interval(now["val_bpc"]), "change from the sweep before": change,
-                })  # fmt: skip
-                before = now
-    return pd.DataFrame(rows).set_index(["grid", "steps", "variant", "records"])
+    table = pd.read_csv(results_dir() / RATE_HISTORY_CSV, keep_default_na=False)
+    return table.set_index(["grid", "finals steps", "variant", "sweep"])
 
 
 # --- the notebook's steps --------------------------------------------------------------
@@ -325,12 +295,6 @@ def gradient_table() -> pd.DataFrame:
 def profile_plan(profile: str) -> str:
     """The tuning runs of a profile's grid, in Markdown."""
     return grid_markdown(tuning_grid(profile), title=f"Tuning runs of {profile!r}")
-
-
-def run_profile(profile: str) -> list:
-    """A profile's grid, trained here (or reloaded from the run store): every variant at
-    every peak rate on its tuning seed, then every seed at the rate its variant kept."""
-    return run_grid(profile, threads=1)
 
 
 def profile_figures(records: list, profile: str, dataset: str, floors: dict) -> dict:

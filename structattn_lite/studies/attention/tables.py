@@ -19,7 +19,7 @@ from structattn_lite.records import RunRecord
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     RECIPE_TARGET_BPC,
-    SWEEP_FILES,
+    RETIRED_TUNING_CSV,
     part,
 )
 
@@ -65,59 +65,40 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _committed_file(grid: str, sweep: str, which: int):
-    """The path of a committed grid's runs (0) or histories (1) file from ``sweep`` (a key
-    of ``SWEEP_FILES``: "current", "first", "retired", "pending"), or None if that sweep
-    kept no such file for the grid."""
+def _committed_file(grid: str, which: int):
+    """The path of a committed grid's runs (0) or histories (1) file."""
     from structattn_lite.config import check_choice, results_dir
 
-    files = SWEEP_FILES[check_choice("sweep", sweep, SWEEP_FILES)]
-    name = files.get(check_choice("grid", grid, COMMITTED_CSV), (None, None))[which]
-    return None if name is None else results_dir() / name
+    return results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)][which]
 
 
-def load_summary(grid: str = "committed", sweep: str = "current") -> pd.DataFrame | None:
+def load_summary(grid: str = "committed") -> pd.DataFrame | None:
     """A committed grid's summary (``data/results/attention_runs.csv`` for ``committed``),
-    or None if it is not there; ``sweep``: the runs of another sweep (``SWEEP_FILES``)."""
-    path = _committed_file(grid, sweep, 0)
-    return pd.read_csv(path) if path is not None and path.exists() else None
+    or None if it is not there."""
+    path = _committed_file(grid, 0)
+    return pd.read_csv(path) if path.exists() else None
 
 
-def load_committed_histories(grid: str = "committed", sweep: str = "current") -> list[RunRecord]:
+def load_committed_histories(grid: str = "committed") -> list[RunRecord]:
     """A committed grid's learning curves as records (empty if not there)."""
+    path = _committed_file(grid, 1)
+    return load_earlier(path.name) if path.exists() else []
+
+
+def load_earlier(name: str) -> list[RunRecord]:
+    """The records of a histories file in data/results (``grids``'s earlier sweeps)."""
+    from structattn_lite.config import results_dir
     from structattn_lite.records import load_histories
 
-    path = _committed_file(grid, sweep, 1)
-    return load_histories(path) if path is not None and path.exists() else []
+    return load_histories(results_dir() / name)
 
 
-def load_pending_histories(grid: str = "committed") -> list[RunRecord]:
-    """The runs of a grid being retrained that its tables do not read yet (``PENDING_CSV``),
-    as records; empty when it has none."""
-    return load_committed_histories(grid, "pending")
-
-
-def committed_and_pending(grid: str = "committed") -> dict[str, RunRecord]:
-    """run key -> record of every run a grid's committed and pending histories hold (a
-    pending run over a committed one with the same key: the same run)."""
-    runs = [*load_committed_histories(grid), *load_pending_histories(grid)]
-    return {r.key: r for r in runs}
-
-
-def load_tuning_histories(grid: str = "committed") -> list[RunRecord]:
-    """Every tuning run of a grid its committed files hold: retired, current and pending
-    (a run in more than one, once), so the rates a grid chose can be read across its
-    tuning schedules."""
-    runs = [r for sweep in ("retired", "current", "pending")
-            for r in load_committed_histories(grid, sweep)]  # fmt: skip
+def load_tuning_histories() -> list[RunRecord]:
+    """Every tuning run of the committed grid: the 600-step tuning its retuning replaced
+    (``RETIRED_TUNING_CSV``) and its current tuning (a run in both, once), so the rates
+    it chose can be read across its two tuning schedules."""
+    runs = [*load_earlier(RETIRED_TUNING_CSV), *load_committed_histories("committed")]
     return list({r.key: r for r in runs if not r.config["read_test"]}.values())
-
-
-def load_sweeps(grid: str = "committed") -> list[tuple[str, pd.DataFrame]]:
-    """A grid's run summaries from every learning-rate sweep its files keep, oldest first,
-    each with its ``SWEEP_FILES`` key."""
-    return [(sweep, frame) for sweep in SWEEP_FILES
-            if (frame := load_summary(grid, sweep)) is not None]  # fmt: skip
 
 
 def tuning_schedule(runs: pd.DataFrame, dataset: str = "ptb") -> tuple[str, str, bool, bool]:

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
+from structattn_lite import stats
 from structattn_lite.models import CSP_PRESETS
 from structattn_lite.records import RunRecord
 from structattn_lite.report import browser, figure_size, model_style
@@ -20,6 +21,67 @@ from structattn_lite.training.metrics import grokking_gap
 # one-label-per-string run.
 GAP_METRIC = "test_seq_acc"
 SPIKE_WINDOW = 2  # a spike "at the jump" falls within this many epochs of it
+
+
+CHANCE = {"parity": 0.5, "mod3": 2 / 3, "dyck1": 0.5}  # majority class of the whole string
+PLATEAU_ABOVE_CHANCE = 0.1  # an epoch "at chance" scores below chance + this
+PLATEAU_EPOCHS = 2  # a grokking phase: at least this many epochs at chance before the jump
+
+
+def seed_gaps(history: pd.DataFrame, task: str) -> dict:
+    """One seed's jump (first epoch at 90%), the gaps to 99% and 100% (None: not reached),
+    whether it sat at chance before the jump, and its spike's offset from the jump."""
+    acc = history[GAP_METRIC].tolist()
+    epochs = history["epoch"].tolist()
+    first = {lvl: next((e for e, a in zip(epochs, acc, strict=True) if a >= lvl), None)
+             for lvl in (0.9, 0.99, 1.0)}  # fmt: skip
+    jump = first[0.9]
+    before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
+    plateau = sum(a < CHANCE[task] + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
+    spike = int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
+    return {
+        "jump": jump,
+        "last": epochs[-1],
+        "gap_99": None if jump is None or first[0.99] is None else first[0.99] - jump,
+        "gap_100": None if jump is None or first[1.0] is None else first[1.0] - jump,
+        "plateau": plateau,
+        "spike_offset": None if jump is None else spike - jump,
+    }
+
+
+def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
+    """(ours, low, high, verdict, reason) of one task's gap at one threshold."""
+    jumped = seeds[seeds["jump"].notna()]
+    reached = jumped[column].notna()
+    times = jumped[column].where(reached, jumped["last"] - jumped["jump"]).astype(float)
+    median = stats.km_median(times, reached)
+    k, n = int(reached.sum()), len(seeds)
+    mean, low, high, _ = stats.mean_interval(jumped.loc[reached, column].astype(float))
+    level = column.split("_")[1]
+    counts = f"{k} of {n} seeds reached {level}%, KM median {median:g} epochs"
+    if int(seeds["plateau"].sum()) < stats.MIN_SEEDS:
+        sat = int(seeds["plateau"].sum())
+        return (
+            mean,
+            low,
+            high,
+            stats.UNDECIDED,
+            (f"no grokking phase to measure: {sat} of {n} seeds at chance before the jump"),
+        )
+    if 2 * k < n:
+        return mean, low, high, stats.NOT_REPRODUCED, f"{counts} (the paper: all of 10)"
+    if k < stats.MIN_SEEDS:
+        return mean, low, high, stats.UNDECIDED, f"{counts}, fewer than {stats.MIN_SEEDS}"
+    _, dlow, dhigh = stats.welch_difference(
+        stats.summary(jumped.loc[reached, column].astype(float)), (*paper, PAPER_SEEDS)
+    )
+    margin = paper[1]
+    text = f"{counts}; Welch ours - paper [{dlow:+.1f}, {dhigh:+.1f}], margin ±{margin}"
+    if dhigh < -margin or dlow > margin:
+        return mean, low, high, stats.NOT_REPRODUCED, text
+    if k == n and -margin <= dlow and dhigh <= margin:
+        return mean, low, high, stats.REPRODUCED, text
+    return mean, low, high, stats.UNDECIDED, text
 
 
 def summarize(records: list[RunRecord], metric: str = GAP_METRIC) -> pd.DataFrame:
@@ -165,11 +227,9 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
     """Per task and preset: seeds reaching 99% and 100% (of those that jumped to 90%), the
     Kaplan-Meier median gaps that count the seeds that never got there, the paper's gap,
     how often the gradient-norm spike sits at the jump, and the ledger's verdict."""
-    from structattn_lite import claims, stats
-
     per_seed = pd.DataFrame(
         [{"task": r.config["task"], "preset": r.config["preset"] or r.config["model"],
-          **claims.seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
+          **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
     )  # fmt: skip
     rows = []
     for (task, preset), seeds in per_seed.groupby(["task", "preset"], sort=False):
@@ -183,10 +243,10 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
             row[f"reached {level}%"] = int(reached.sum())
             row[f"gap to {level}% (KM median)"] = stats.km_median(censored.astype(float), reached)
         row["gap, paper"] = f"{paper[0]} ± {paper[1]} ({PAPER_SEEDS} seeds)" if paper else "-"
-        at = int((jumped["spike_offset"].abs() <= claims.SPIKE_WINDOW).sum())
+        at = int((jumped["spike_offset"].abs() <= SPIKE_WINDOW).sum())
         row["spike at jump"] = f"{at} of {len(jumped)}"
         row["verdict"], row["reason"] = (
-            claims.gap_verdict(seeds, paper, "gap_100")[3:] if paper else
+            gap_verdict(seeds, paper, "gap_100")[3:] if paper else
             (stats.UNDECIDED, "the paper gives no number"))  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
