@@ -6,6 +6,7 @@ the user's cached runs or committed figures.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,9 +33,11 @@ def check_int(param: str, value: Any, minimum: int | None = None) -> int:
 def check_number(
     param: str, value: Any, *, minimum: float | None = None, strict: bool = False
 ) -> float:
-    """A real number >= minimum (> minimum when ``strict``)."""
+    """A finite real number >= minimum (> minimum when ``strict``); NaN and inf refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{param} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{param} must be a finite number, got {value}")
     if minimum is not None and (value <= minimum if strict else value < minimum):
         op = ">" if strict else ">="
         raise ValueError(f"{param} must be {op} {minimum}, got {value}")

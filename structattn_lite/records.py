@@ -205,13 +205,13 @@ class RunStore:
         key = config_hash(experiment, config)
         path = self.path(experiment, key)
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as err:  # e.g. a directory where the record should be
             raise StoreError(f"cannot read the run record {path}: {err}", err) from None
-        try:
-            record = RunRecord.from_json(json.loads(text))
+        try:  # a record that is not UTF-8 (a stray byte, re-saved as UTF-16) is corrupt too
+            record = RunRecord.from_json(json.loads(raw.decode("utf-8")))
             if record.key != key or record.config != config_dict(config):
                 raise ValueError("record does not match its config")
         except (ValueError, KeyError, TypeError, AttributeError) as err:
