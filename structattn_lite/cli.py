@@ -72,6 +72,14 @@ def _check(args) -> None:
             check_int(f"--{name}", getattr(args, name), minimum=1)
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, kinds=TRAINING_DEVICES)
+    if getattr(args, "executor", None) == "ray" and args.address is not None:
+        from structattn_lite.executors import connect_ray
+
+        connect_ray(args.address)  # a bad or unreachable address: one line, before training
+    if args.command == "figures":
+        from structattn_lite.config import figures_dir
+
+        figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
     if args.command == "run":
         check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
@@ -272,9 +280,10 @@ def _figures(args) -> int:
 
     folder = figures_dir()
     written = committed_figures.write_all(folder)
-    for path in committed_figures.stray(folder, written):
+    for path in committed_figures.stale(folder, written):  # only files it drew itself
         path.unlink()
-        print(f"{path}: removed (drawn from no committed record)")
+        print(f"{path}: removed (drawn earlier, from no committed record now)")
+    committed_figures.record_drawn(folder, written)
     print(f"{len(written)} files in {folder} redrawn from data/results")
     return 0
 

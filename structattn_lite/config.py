@@ -101,6 +101,8 @@ def figures_dir(profile: str = COMMITTED) -> Path:
     changes figures/."""
     check_choice("profile", profile, (COMMITTED, *PROFILES))
     env = os.environ.get("STRUCTATTN_FIGURES")
+    if env and os.path.exists(env) and not os.path.isdir(env):
+        raise ValueError(f"STRUCTATTN_FIGURES={env!r} names a file; it must name a folder")
     committed = Path(env) if env else repo_root() / "figures"
     return committed if profile == COMMITTED else committed.parent / "reports" / profile
 

@@ -73,3 +73,96 @@ def test_a_nan_theta_init_is_refused():
 
     with pytest.raises(ValueError, match="theta_init"):
         MatroidalAttention(16, 2, theta_init=math.nan)
+
+
+# --- structattn figures ---------------------------------------------------------------
+
+
+def test_figures_removes_only_files_it_drew_itself(tmp_path, monkeypatch, capsys):
+    from structattn_lite import cli, committed_figures
+
+    monkeypatch.setenv("STRUCTATTN_FIGURES", str(tmp_path))
+    (tmp_path / "my_notes.txt").write_text("a user's own file")
+    (tmp_path / "drafts").mkdir()  # a subfolder (it crashed with IsADirectoryError)
+    draws = [["02_a.png", "02_b.png"], ["02_b.png"]]  # the second redraw no longer draws a
+
+    def write_all(out):
+        paths = [out / name for name in draws.pop(0)]
+        for path in paths:
+            path.write_bytes(b"drawn")
+        return paths
+
+    monkeypatch.setattr(committed_figures, "write_all", write_all)
+    assert cli.main(["figures"]) == 0
+    assert (tmp_path / "my_notes.txt").exists() and (tmp_path / "drafts").is_dir()
+    assert cli.main(["figures"]) == 0
+    assert not (tmp_path / "02_a.png").exists()  # it drew this one, and draws it no more
+    assert (tmp_path / "02_b.png").exists() and (tmp_path / "my_notes.txt").exists()
+    out = capsys.readouterr().out
+    assert "02_a.png: removed" in out and "my_notes" not in out
+
+
+def test_figures_folder_naming_a_file_gives_one_line(tmp_path, monkeypatch, capsys):
+    from structattn_lite import cli
+
+    afile = tmp_path / "figures.txt"
+    afile.write_text("not a folder")
+    monkeypatch.setenv("STRUCTATTN_FIGURES", str(afile))
+    assert cli.main(["figures"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "STRUCTATTN_FIGURES" in err
+    assert afile.read_text() == "not a folder"
+
+
+# --- Ray ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    """A stand-in for the ``ray`` module that records how ``ray.init`` was called."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    ray = ModuleType("ray")
+    ray.calls, ray.refuse = [], None
+    constants = SimpleNamespace(ENABLE_RAY_CLUSTER=True)
+    private = ModuleType("ray._private")
+    private.ray_constants = constants
+
+    def init(**kwargs):
+        ray.calls.append({**kwargs, "cluster": constants.ENABLE_RAY_CLUSTER})
+        if ray.refuse is not None:
+            raise ray.refuse
+
+    ray.init, ray.is_initialized, ray._private = init, lambda: False, private
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.setitem(sys.modules, "ray._private", private)
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", constants)
+    return ray
+
+
+def test_a_local_ray_instance_listens_on_loopback_only(fake_ray):
+    from structattn_lite.executors import connect_ray
+
+    connect_ray()
+    (call,) = fake_ray.calls
+    # Ray on Linux swaps 127.0.0.1 for the host's address unless told it is no cluster
+    assert call["_node_ip_address"] == "127.0.0.1" and call["cluster"] is False
+    assert call["include_dashboard"] is False
+
+
+def test_a_bad_ray_address_gives_one_line_before_anything_trains(fake_ray, runs_here, capsys):
+    from structattn_lite import cli
+
+    fake_ray.refuse = ConnectionError("Could not find any running Ray instance.\nmore")
+    args = ["run", "grokking", "--profile", "smoke", "--executor", "ray"]
+    assert cli.main([*args, "--address", "10.9.9.9:6379"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--address" in err and "10.9.9.9:6379" in err
+    assert not list(runs_here.iterdir())
+
+
+@pytest.fixture
+def runs_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRUCTATTN_RUNS", str(tmp_path))
+    return tmp_path
