@@ -35,16 +35,60 @@ RUNS_HELP = (
 )
 
 
+# The config fields each narrowing or overriding flag of ``run`` reads: a study whose
+# configs have none of them does not take the flag.
+FLAG_FIELDS = {
+    "task": ("task",),
+    "epochs": ("epochs",),
+    "length": ("length", "train_length"),
+}
+
+
+def _fields(study) -> set[str]:
+    config_class = getattr(study, "Config", None)
+    return {f.name for f in dataclasses.fields(config_class)} if config_class else set()
+
+
+def _check_flags(args) -> None:
+    """A ValueError for a flag the study's configs have no field for (it was ignored, or
+    crashed), naming the studies that take it."""
+    from structattn_lite.studies import get_study
+
+    fields = _fields(get_study(args.study))
+    for flag, names in FLAG_FIELDS.items():
+        if getattr(args, flag, None) is not None and not fields & set(names):
+            takers = [n for n in STUDIES if _fields(get_study(n)) & set(names)]
+            raise ValueError(
+                f"--{flag} is not taken by the {args.study} study; the studies that take "
+                f"it are: {', '.join(takers)}"
+            )
+
+
+def _narrow(configs: list, flag: str, wanted: list, study: str, grid: str) -> list:
+    """The configs whose ``flag`` field is among ``wanted``; a ValueError listing what
+    the grid has when none is."""
+    kept = [c for c in configs if getattr(c, flag) in wanted]
+    if not kept:
+        have = sorted({getattr(c, flag) for c in configs}, key=str)
+        raise ValueError(
+            f"--{flag} {' '.join(map(str, wanted))} matches no run of the {study} study's "
+            f"grid {grid!r}; its {flag}s are: {', '.join(map(str, have))}"
+        )
+    return kept
+
+
 def _configs(args) -> list:
     """The study's grid, narrowed by --task/--seed and with --epochs/--length overrides."""
     from structattn_lite.studies import get_study
 
+    _check_flags(args)
     study = get_study(args.study)
-    configs = study.grid(args.grid or args.profile)
+    grid = args.grid or args.profile
+    configs = study.grid(grid)
     if args.task:
-        configs = [c for c in configs if c.task in args.task]
+        configs = _narrow(configs, "task", args.task, args.study, grid)
     if args.seed:
-        configs = [c for c in configs if c.seed in args.seed]
+        configs = _narrow(configs, "seed", args.seed, args.study, grid)
     overrides = {"epochs": args.epochs, "length": args.length, "train_length": args.length}
     out = []
     for c in configs:

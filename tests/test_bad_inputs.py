@@ -166,3 +166,33 @@ def test_a_bad_ray_address_gives_one_line_before_anything_trains(fake_ray, runs_
 def runs_here(tmp_path, monkeypatch):
     monkeypatch.setenv("STRUCTATTN_RUNS", str(tmp_path))
     return tmp_path
+
+
+# --- flags a study does not take; filters that match nothing ----------------------------
+
+
+@pytest.mark.parametrize(
+    "flag", [["--epochs", "3"], ["--length", "8"], ["--task", "parity"]], ids=lambda f: f[0]
+)
+def test_a_flag_the_attention_study_does_not_take_is_refused(flag, runs_here, capsys):
+    from structattn_lite import cli
+
+    assert cli.main(["run", "attention", "--profile", "smoke", *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag[0] in err and "Traceback" not in err
+    assert "grokking" in err and "length" in err  # the studies that take it
+    assert not list(runs_here.iterdir())
+
+
+@pytest.mark.parametrize(
+    "flag, listed",
+    [(["--seed", "999"], "0"), (["--task", "bogus"], "parity")],
+    ids=["seed", "task"],
+)
+def test_a_filter_that_matches_nothing_lists_what_exists(flag, listed, runs_here, capsys):
+    from structattn_lite import cli
+
+    assert cli.main(["run", "grokking", "--profile", "smoke", *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag[0] in err
+    assert f"{flag[0].lstrip('-')}s are: " in err and listed in err.split("are: ")[1]
