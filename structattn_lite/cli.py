@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 from structattn_lite import __version__
 from structattn_lite.config import GRIDS, PROFILES
@@ -120,6 +121,12 @@ def _check(args) -> None:
         from structattn_lite.executors import connect_ray
 
         connect_ray(args.address)  # a bad or unreachable address: one line, before training
+    if args.command == "study":  # the attention notebook reads PTB, or the fallback
+        from structattn_lite.studies.attention.experiment import resolve_dataset
+
+        with warnings.catch_warnings():  # the notebook shows the fallback's banner itself
+            warnings.simplefilter("ignore")
+            resolve_dataset()  # STRUCTATTN_DATA naming a place without PTB: one line
     if args.command == "figures":
         from structattn_lite.config import figures_dir
 

@@ -196,3 +196,31 @@ def test_a_filter_that_matches_nothing_lists_what_exists(flag, listed, runs_here
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and flag[0] in err
     assert f"{flag[0].lstrip('-')}s are: " in err and listed in err.split("are: ")[1]
+
+
+# --- STRUCTATTN_DATA naming a wrong place ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "file"])
+def test_a_data_folder_named_but_wrong_is_an_error_not_the_fallback(kind, tmp_path, monkeypatch):
+    from structattn_lite.studies.attention import experiment
+
+    where = tmp_path / "data"
+    if kind == "empty":
+        where.mkdir()
+    elif kind == "file":
+        where.write_text("not a folder")
+    monkeypatch.setenv("STRUCTATTN_DATA", str(where))
+    with pytest.raises(ValueError, match=r"^STRUCTATTN_DATA=.*names no folder holding Penn"):
+        experiment.resolve_dataset()
+
+
+@pytest.mark.parametrize("command", [["run", "attention", "--profile", "smoke"], ["study"]])
+def test_the_cli_names_a_wrong_data_folder_in_one_line(command, runs_here, monkeypatch, capsys):
+    from structattn_lite import cli, notebook_runner
+
+    monkeypatch.setattr(notebook_runner, "run_notebooks", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setenv("STRUCTATTN_DATA", str(runs_here / "nowhere"))
+    assert cli.main(command) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "STRUCTATTN_DATA" in err and "nowhere" in err
