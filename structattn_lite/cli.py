@@ -109,12 +109,20 @@ def _exportable(study) -> list[str] | None:
 
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
-    from structattn_lite.config import TRAINING_DEVICES, check_choice, check_int, resolve_device
+    from structattn_lite.config import (
+        TRAINING_DEVICES,
+        check_choice,
+        check_int,
+        check_threads,
+        resolve_device,
+    )
     from structattn_lite.studies import get_study
 
     for name in ("threads", "epochs", "length"):
         if getattr(args, name, None) is not None:
             check_int(f"--{name}", getattr(args, name), minimum=1)
+    if getattr(args, "threads", None) is not None:
+        check_threads("--threads", args.threads)
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, kinds=TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:

@@ -30,6 +30,15 @@ def check_int(param: str, value: Any, minimum: int | None = None) -> int:
     return value
 
 
+def check_threads(param: str, value: Any) -> int:
+    """A thread count from 1 to the cores here (torch's OpenMP pool crashed far above)."""
+    cores = os.cpu_count() or 1
+    check_int(param, value, minimum=1)
+    if value > cores:
+        raise ValueError(f"{param}={value} is more than the {cores} cores here; use 1 to {cores}")
+    return value
+
+
 def check_number(
     param: str, value: Any, *, minimum: float | None = None, strict: bool = False
 ) -> float:

@@ -135,7 +135,13 @@ def sweep(
     warning (and returned if its record is there when this sweep ends); a path that cannot
     be read or written skips its run; a full disk raises ``StoreError``.
     """
-    from structattn_lite.config import TRAINING_DEVICES, check_choice, check_int, resolve_device
+    from structattn_lite.config import (
+        TRAINING_DEVICES,
+        check_choice,
+        check_int,
+        check_threads,
+        resolve_device,
+    )
     from structattn_lite.executors import EXECUTORS, execute
     from structattn_lite.locking import RunLock, RunLockedError
     from structattn_lite.studies import get_study
@@ -144,7 +150,7 @@ def sweep(
     check_choice("executor", executor, EXECUTORS)
     check_int("checkpoint_every", checkpoint_every, minimum=0)
     if threads is not None:
-        check_int("threads", threads, minimum=1)
+        check_threads("threads", threads)
     device = resolve_device(device, kinds=TRAINING_DEVICES)
     store = store or RunStore()
     experiment = study.EXPERIMENT

@@ -224,3 +224,66 @@ def test_the_cli_names_a_wrong_data_folder_in_one_line(command, runs_here, monke
     assert cli.main(command) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "STRUCTATTN_DATA" in err and "nowhere" in err
+
+
+# --- huge values -----------------------------------------------------------------------
+
+
+def test_threads_beyond_the_cores_give_one_line(runs_here, capsys):
+    import os
+
+    from structattn_lite import cli
+
+    assert cli.main(["run", "grokking", "--profile", "smoke", "--threads", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--threads=100000" in err
+    assert f"{os.cpu_count()} cores" in err
+    assert not list(runs_here.iterdir())
+
+
+def test_a_length_no_split_can_hold_gives_one_line(runs_here, capsys):
+    from structattn_lite import cli
+
+    assert cli.main(["run", "grokking", "--profile", "smoke", "--length", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "length=100000" in err
+
+
+def reference_overlap(x_train, x_test, x_val):
+    """The statistics by their definition: sets of byte-string prefixes (n L^2)."""
+    rows = lambda x: [r.tobytes() for r in x.numpy().astype("uint8")]  # noqa: E731
+    train, test, val = rows(x_train), rows(x_test), rows(x_val)
+    length = x_train.shape[1]
+    hits = sum(sum(r[:t] in {s[:t] for s in train} for r in test) for t in range(1, length + 1))
+    return {
+        "n_distinct": len(set(train) | set(test) | set(val)),
+        "test_in_train": sum(r in set(train) for r in test) / len(test),
+        "test_prefixes_in_train": hits / (len(test) * length),
+        "val_in_train": sum(r in set(train) for r in val) / len(val),
+    }
+
+
+@pytest.mark.parametrize(
+    "task, n, length", [("parity", 600, 12), ("mod3", 400, 8), ("dyck1", 300, 10)]
+)
+def test_overlap_stats_match_their_definition(task, n, length):
+    from structattn_lite.data.splits import make_dataset
+
+    data = make_dataset(task, n, length, 0, leaky=True)
+    assert data.stats == pytest.approx(reference_overlap(data.x_train, data.x_test, data.x_val))
+    assert 0 < data.stats["test_prefixes_in_train"] < 1
+
+
+def test_overlap_stats_are_linear_in_the_length():
+    """n L^2 took minutes at L = 20,000 (and never ended at 100,000); n L log n, seconds."""
+    import time
+
+    import torch
+
+    from structattn_lite.data.splits import overlap_stats
+
+    x = torch.randint(0, 2, (1000, 20000), generator=torch.Generator().manual_seed(0))
+    start = time.process_time()
+    stats = overlap_stats(x[:700], x[700:], x[:100])
+    assert time.process_time() - start < 15
+    assert stats["test_in_train"] == 0 and stats["val_in_train"] == 1.0

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.data.splits import make_dataset
+from structattn_lite.data.splits import check_size, make_dataset
 from structattn_lite.data.tasks import TASKS, make_task
 from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
@@ -91,6 +91,8 @@ class LengthRun:
             "n_eval",
         ):
             check_int(name, getattr(self, name), minimum=1)
+        check_size(self.n, self.train_length, "train_length")  # a length it cannot serve
+        check_size(self.n_eval, self.max_eval_length, "max_eval_length")
         task = make_task(self.task, **self.task_options)
         with torch.device("meta"):  # unknown model options fail now, not mid-sweep
             build_length_model(self, task.n_classes, task.vocab_size)
