@@ -467,20 +467,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = "interrupted; a rerun resumes from the last checkpoint"
+
+
+def _check_path(param: str, path: str) -> str:
+    """The absolute ``path``; a ValueError naming ``param`` when it is longer than the
+    system allows (PATH_MAX for the whole, NAME_MAX for a part)."""
+    full = os.path.abspath(path)
+    path_max, name_max = (os.pathconf("/", name) for name in ("PC_PATH_MAX", "PC_NAME_MAX"))
+    if len(os.fsencode(full)) >= path_max:
+        raise ValueError(
+            f"{param} is {len(os.fsencode(full))} bytes long, over this system's limit of "
+            f"{path_max - 1} (PATH_MAX); choose a shorter path"
+        )
+    if longest := max((p for p in full.split(os.sep)), key=lambda p: len(os.fsencode(p))):
+        if len(os.fsencode(longest)) > name_max:
+            raise ValueError(
+                f"{param} has a folder name of {len(os.fsencode(longest))} bytes, over this "
+                f"system's limit of {name_max} (NAME_MAX); choose shorter names"
+            )
+    return full
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
-        os.environ["STRUCTATTN_RUNS"] = os.path.abspath(args.runs_dir)
     try:
+        if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
+            os.environ["STRUCTATTN_RUNS"] = _check_path("--runs-dir", args.runs_dir)
         _check(args)
     except ValueError as err:
         print(f"structattn: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"structattn: {INTERRUPTED}", file=sys.stderr)
+        return 130
     try:
         return args.func(args)
     except (StoreError, ExportRefused) as err:  # a full disk; a grid not ready to export
         print(f"structattn: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: each run checkpoints as it trains
+        print(f"\nstructattn: {INTERRUPTED}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

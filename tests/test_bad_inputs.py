@@ -287,3 +287,35 @@ def test_overlap_stats_are_linear_in_the_length():
     stats = overlap_stats(x[:700], x[700:], x[:100])
     assert time.process_time() - start < 15
     assert stats["test_in_train"] == 0 and stats["val_in_train"] == 1.0
+
+
+# --- errors that ended in a traceback ------------------------------------------------------
+
+
+def test_ctrl_c_exits_130_with_one_line(runs_here, monkeypatch, capsys):
+    from structattn_lite import cli
+    from structattn_lite.studies.grokking import experiment as grokking
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(grokking, "run", interrupted)
+    assert cli.main(["run", "grokking", "--profile", "smoke"]) == 130
+    err = [line for line in capsys.readouterr().err.splitlines() if "structattn" in line]
+    assert err == [f"structattn: {cli.INTERRUPTED}"] and "resumes" in err[0]
+
+
+@pytest.mark.parametrize("long", ["path", "name"])
+def test_a_runs_dir_longer_than_the_system_allows_gives_one_line(long, runs_here, capsys):
+    import os
+
+    from structattn_lite import cli
+
+    if long == "path":
+        where = runs_here / "/".join(["d" * 200] * (os.pathconf("/", "PC_PATH_MAX") // 200 + 1))
+    else:
+        where = runs_here / ("d" * (os.pathconf("/", "PC_NAME_MAX") + 1))
+    args = ["run", "grokking", "--profile", "smoke", "--runs-dir", str(where)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--runs-dir" in err and "MAX" in err
