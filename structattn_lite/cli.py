@@ -26,9 +26,10 @@ import time
 import warnings
 
 from structattn_lite import __version__
-from structattn_lite.config import GRIDS, PROFILES
-from structattn_lite.records import ExportRefused, StoreError
-from structattn_lite.studies import STUDIES
+from structattn_lite.config import GRIDS, PROFILES, STUDY_NAMES
+
+# Only light modules above: the parser (and --help) must not import torch or a study;
+# each command imports what it needs when it runs.
 
 RUNS_HELP = (
     "where run records are kept and looked up (default: the STRUCTATTN_RUNS environment "
@@ -58,7 +59,7 @@ def _check_flags(args) -> None:
     fields = _fields(get_study(args.study))
     for flag, names in FLAG_FIELDS.items():
         if getattr(args, flag, None) is not None and not fields & set(names):
-            takers = [n for n in STUDIES if _fields(get_study(n)) & set(names)]
+            takers = [n for n in STUDY_NAMES if _fields(get_study(n)) & set(names)]
             raise ValueError(
                 f"--{flag} is not taken by the {args.study} study; the studies that take "
                 f"it are: {', '.join(takers)}"
@@ -391,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="train (or reuse cached) runs of one study's grid")
-    run.add_argument("study", choices=STUDIES, help="the study (one per notebook 02-05)")
+    run.add_argument("study", choices=STUDY_NAMES, help="the study (one per notebook 02-05)")
     run.add_argument(
         "--profile",
         choices=PROFILES,
@@ -424,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     export = sub.add_parser("export", help="write a study's committed results to data/results")
-    export.add_argument("study", choices=STUDIES)
+    export.add_argument("study", choices=STUDY_NAMES)
     export.add_argument(
         "--grid",
         required=True,
@@ -501,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"structattn: {INTERRUPTED}", file=sys.stderr)
         return 130
+    from structattn_lite.records import ExportRefused, StoreError
+
     try:
         return args.func(args)
     except (StoreError, ExportRefused) as err:  # a full disk; a grid not ready to export

@@ -61,6 +61,9 @@ def check_number(
 # the grid whose records ship in data/results/ (the largest one run for the repository).
 
 PROFILES = ("smoke", "quick", "paper")
+# The studies, one per notebook 02-05 (``studies.STUDIES`` maps each to its module); named
+# here so the command line's parser needs no study, nor torch.
+STUDY_NAMES = ("attention", "grokking", "ablations", "length")
 GRIDS = (*PROFILES, "committed")
 
 

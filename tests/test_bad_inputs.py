@@ -319,3 +319,33 @@ def test_a_runs_dir_longer_than_the_system_allows_gives_one_line(long, runs_here
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--runs-dir" in err and "MAX" in err
+
+
+# --- the parser without torch ---------------------------------------------------------------
+
+
+def test_help_and_the_parser_import_no_torch_nor_any_study():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, contextlib, io\n"
+        "from structattn_lite.cli import build_parser, main\n"
+        "build_parser()\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['run', '--help'])\n"
+        "assert 'structattn' in out.getvalue()\n"
+        "heavy = [m for m in ('torch', 'pandas', 'structattn_lite.studies') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_parsers_study_names_are_the_studies():
+    from structattn_lite.config import STUDY_NAMES
+    from structattn_lite.studies import STUDIES
+
+    assert tuple(STUDIES) == STUDY_NAMES
