@@ -149,3 +149,22 @@ def resolve_device(device: str = "auto", kinds: Iterable[str] = (*TRAINING_DEVIC
             "use device='cpu' or 'auto'"
         )
     return device
+
+
+DETERMINISTIC_CUBLAS = (":4096:8", ":16:8")  # the workspace settings cuBLAS repeats with
+
+
+def training_device(device: str = "auto") -> str:
+    """The device a run trains on (``resolve_device`` of a training kind). On CUDA it also
+    makes the run repeat: deterministic kernels (``torch.use_deterministic_algorithms``)
+    and a cuBLAS workspace that allows them (``CUBLAS_WORKSPACE_CONFIG``, read when cuBLAS
+    starts). Without them one config and seed gave 2.156, then 2.072 validation bpc on an
+    H200; with them repeated runs were bit-identical."""
+    import torch
+
+    device = resolve_device(device, kinds=TRAINING_DEVICES)
+    if device.startswith("cuda"):
+        if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in DETERMINISTIC_CUBLAS:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = DETERMINISTIC_CUBLAS[0]
+        torch.use_deterministic_algorithms(True)
+    return device

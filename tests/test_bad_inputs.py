@@ -349,3 +349,79 @@ def test_the_parsers_study_names_are_the_studies():
     from structattn_lite.studies import STUDIES
 
     assert tuple(STUDIES) == STUDY_NAMES
+
+
+# --- runs on a GPU -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_determinism():
+    import os
+
+    import torch
+
+    flag, env = (
+        torch.are_deterministic_algorithms_enabled(),
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    )
+    yield
+    torch.use_deterministic_algorithms(flag)
+    if env is None:
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    else:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = env
+
+
+def test_a_run_on_cuda_uses_deterministic_kernels(monkeypatch, restore_determinism):
+    import os
+
+    import torch
+
+    from structattn_lite.config import training_device
+
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    assert training_device("cpu") == "cpu"  # the CPU is left as it is
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert training_device("cuda:0") == "cuda:0"
+    assert torch.are_deterministic_algorithms_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_each_run_unit_on_cuda_is_deterministic_in_its_own_process(
+    monkeypatch, restore_determinism
+):
+    import torch
+
+    from structattn_lite.runs import run_unit
+
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    seen = []
+
+    class Study:
+        def run(self, cfg, progress, callbacks, device, checkpoint):
+            seen.append((device, torch.are_deterministic_algorithms_enabled()))
+
+    run_unit(Study(), Toy(), device="cuda")  # as a Ray worker runs it
+    assert seen == [("cuda", True)]
+
+
+def test_exported_histories_say_where_each_run_trained(tmp_path):
+    import pandas as pd
+
+    from structattn_lite.records import export_histories, load_histories
+
+    store, study = RunStore(tmp_path / "runs"), ToyStudy()
+    records = sweep(study, [Toy(), Toy(lr=0.2)], store=store, progress=False)
+    records[1].device = "cuda"
+    path = export_histories(records, tmp_path / "h.csv")
+    assert list(pd.read_csv(path)["device"].unique()) == ["cpu", "cuda"]
+    assert [r.device for r in load_histories(path)] == ["cpu", "cuda"]
+    assert "device" not in load_histories(path)[0].history
+    # a file committed before the column: its runs trained on the CPU
+    pd.read_csv(path).drop(columns="device").to_csv(path, index=False)
+    back = load_histories(path)
+    assert [r.device for r in back] == ["cpu", "cpu"] and "device" not in back[0].history
