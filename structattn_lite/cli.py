@@ -326,6 +326,11 @@ def _study(args) -> int:
 def _findings(args) -> int:
     from structattn_lite import findings
 
+    try:
+        findings.check_committed()
+    except ValueError as err:  # a damaged committed file: never verdicts from it
+        print(f"structattn: {err}", file=sys.stderr)
+        return 1
     if args.write:
         findings.write_readme()
         print("README.md findings rewritten from data/results")

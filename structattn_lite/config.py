@@ -120,8 +120,10 @@ def figures_dir(profile: str = COMMITTED) -> Path:
 
 
 def results_dir() -> Path:
-    """Committed, compact results of the largest grids run (``data/results``)."""
-    return repo_root() / "data" / "results"
+    """Committed, compact results of the largest grids run: ``STRUCTATTN_RESULTS`` (a
+    copy, for tests), else ``data/results``."""
+    env = os.environ.get("STRUCTATTN_RESULTS")
+    return Path(env) if env else repo_root() / "data" / "results"
 
 
 # --- devices -----------------------------------------------------------------------

@@ -425,3 +425,54 @@ def test_exported_histories_say_where_each_run_trained(tmp_path):
     pd.read_csv(path).drop(columns="device").to_csv(path, index=False)
     back = load_histories(path)
     assert [r.device for r in back] == ["cpu", "cpu"] and "device" not in back[0].history
+
+
+# --- damaged committed results ----------------------------------------------------------------
+
+
+@pytest.fixture
+def results_copy(tmp_path, monkeypatch):
+    import shutil
+
+    from structattn_lite.config import results_dir
+
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    monkeypatch.setenv("STRUCTATTN_RESULTS", str(copy))
+    return copy
+
+
+@pytest.mark.parametrize(
+    "name, cut",
+    [("attention_runs.csv", 40), ("attention_histories.csv.gz", 100), ("claims.csv", 7)],
+    ids=["summary cut mid-row", "gzip cut short", "claims cut mid-row"],
+)
+def test_findings_refuse_a_committed_file_cut_short(results_copy, capsys, name, cut):
+    from structattn_lite import cli
+
+    path = results_copy / name
+    path.write_bytes(path.read_bytes()[:-cut])
+    assert cli.main(["findings"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and name in err and "Traceback" not in err
+
+
+def test_findings_refuse_records_that_lost_the_runs_of_decided_claims(results_copy, capsys):
+    from structattn_lite import cli, findings
+
+    assert len(findings.check_committed()) > 0  # the copy as committed: whole
+    import pandas as pd
+
+    readme = (findings.repo_root() / "README.md").read_bytes()
+    path = results_copy / "csp_ablations_paper_text.csv"
+    runs = pd.read_csv(path)
+    runs[runs["loss"] != "ce"].to_csv(path, index=False)  # whole, without its CE runs
+    assert cli.main(["findings", "--write"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "table3/ce/" in err and "claims.csv" in err
+    path = results_copy / "attention_runs.csv"
+    path.write_text(path.read_text().splitlines()[0] + "\n")  # no runs at all
+    assert cli.main(["findings", "--write"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "restore data/results" in err
+    assert (findings.repo_root() / "README.md").read_bytes() == readme
