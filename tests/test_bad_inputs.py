@@ -476,3 +476,16 @@ def test_findings_refuse_records_that_lost_the_runs_of_decided_claims(results_co
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "restore data/results" in err
     assert (findings.repo_root() / "README.md").read_bytes() == readme
+
+
+# --- the README's command section ------------------------------------------------------------
+
+
+def test_the_readme_says_how_to_run_structattn_and_what_it_reads():
+    from structattn_lite.config import repo_root
+
+    text = (repo_root() / "README.md").read_text()
+    section = text.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    assert ".venv/bin/structattn" in section and "source .venv/bin/activate" in section
+    assert "make study" in section and "Penn Treebank" in section
+    assert "STRUCTATTN_DATA" in section and "fallback" in section
