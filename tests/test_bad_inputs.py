@@ -489,3 +489,27 @@ def test_the_readme_says_how_to_run_structattn_and_what_it_reads():
     assert ".venv/bin/structattn" in section and "source .venv/bin/activate" in section
     assert "make study" in section and "Penn Treebank" in section
     assert "STRUCTATTN_DATA" in section and "fallback" in section
+
+
+# --- the teaching app's kernels ----------------------------------------------------------------
+
+
+def test_the_teaching_app_culls_the_kernels_of_closed_pages():
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+    from voila.app import Voila
+    from voila.voila_kernel_manager import voila_kernel_manager_factory
+
+    from structattn_lite.dashboard import CULL_IDLE_S, voila_args
+
+    app = Voila()
+    app.parse_command_line(voila_args(["dashboards", "--no-browser", "--port=8866"]))
+    manager = voila_kernel_manager_factory(  # the class Voila builds its kernels with
+        AsyncMappingKernelManager, False, 0
+    )
+    kernels = manager(parent=app)
+    assert kernels.cull_idle_timeout == CULL_IDLE_S > 0 and kernels.cull_interval > 0
+    assert kernels.cull_connected is False  # an open page keeps its kernel
+    # the user's own setting wins
+    app = Voila()
+    app.parse_command_line(voila_args(["--MappingKernelManager.cull_idle_timeout=600"]))
+    assert AsyncMappingKernelManager(config=app.config).cull_idle_timeout == 600
