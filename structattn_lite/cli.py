@@ -23,11 +23,13 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 from structattn_lite import __version__
-from structattn_lite.config import GRIDS, PROFILES
-from structattn_lite.records import ExportRefused, StoreError
-from structattn_lite.studies import STUDIES
+from structattn_lite.config import GRIDS, PROFILES, STUDY_NAMES
+
+# Only light modules above: the parser (and --help) must not import torch or a study;
+# each command imports what it needs when it runs.
 
 RUNS_HELP = (
     "where run records are kept and looked up (default: the STRUCTATTN_RUNS environment "
@@ -35,16 +37,60 @@ RUNS_HELP = (
 )
 
 
+# The config fields each narrowing or overriding flag of ``run`` reads: a study whose
+# configs have none of them does not take the flag.
+FLAG_FIELDS = {
+    "task": ("task",),
+    "epochs": ("epochs",),
+    "length": ("length", "train_length"),
+}
+
+
+def _fields(study) -> set[str]:
+    config_class = getattr(study, "Config", None)
+    return {f.name for f in dataclasses.fields(config_class)} if config_class else set()
+
+
+def _check_flags(args) -> None:
+    """A ValueError for a flag the study's configs have no field for (it was ignored, or
+    crashed), naming the studies that take it."""
+    from structattn_lite.studies import get_study
+
+    fields = _fields(get_study(args.study))
+    for flag, names in FLAG_FIELDS.items():
+        if getattr(args, flag, None) is not None and not fields & set(names):
+            takers = [n for n in STUDY_NAMES if _fields(get_study(n)) & set(names)]
+            raise ValueError(
+                f"--{flag} is not taken by the {args.study} study; the studies that take "
+                f"it are: {', '.join(takers)}"
+            )
+
+
+def _narrow(configs: list, flag: str, wanted: list, study: str, grid: str) -> list:
+    """The configs whose ``flag`` field is among ``wanted``; a ValueError listing what
+    the grid has when none is."""
+    kept = [c for c in configs if getattr(c, flag) in wanted]
+    if not kept:
+        have = sorted({getattr(c, flag) for c in configs}, key=str)
+        raise ValueError(
+            f"--{flag} {' '.join(map(str, wanted))} matches no run of the {study} study's "
+            f"grid {grid!r}; its {flag}s are: {', '.join(map(str, have))}"
+        )
+    return kept
+
+
 def _configs(args) -> list:
     """The study's grid, narrowed by --task/--seed and with --epochs/--length overrides."""
     from structattn_lite.studies import get_study
 
+    _check_flags(args)
     study = get_study(args.study)
-    configs = study.grid(args.grid or args.profile)
+    grid = args.grid or args.profile
+    configs = study.grid(grid)
     if args.task:
-        configs = [c for c in configs if c.task in args.task]
+        configs = _narrow(configs, "task", args.task, args.study, grid)
     if args.seed:
-        configs = [c for c in configs if c.seed in args.seed]
+        configs = _narrow(configs, "seed", args.seed, args.study, grid)
     overrides = {"epochs": args.epochs, "length": args.length, "train_length": args.length}
     out = []
     for c in configs:
@@ -64,14 +110,36 @@ def _exportable(study) -> list[str] | None:
 
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
-    from structattn_lite.config import TRAINING_DEVICES, check_choice, check_int, resolve_device
+    from structattn_lite.config import (
+        TRAINING_DEVICES,
+        check_choice,
+        check_int,
+        check_threads,
+        resolve_device,
+    )
     from structattn_lite.studies import get_study
 
     for name in ("threads", "epochs", "length"):
         if getattr(args, name, None) is not None:
             check_int(f"--{name}", getattr(args, name), minimum=1)
+    if getattr(args, "threads", None) is not None:
+        check_threads("--threads", args.threads)
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, kinds=TRAINING_DEVICES)
+    if getattr(args, "executor", None) == "ray" and args.address is not None:
+        from structattn_lite.executors import connect_ray
+
+        connect_ray(args.address)  # a bad or unreachable address: one line, before training
+    if args.command == "study":  # the attention notebook reads PTB, or the fallback
+        from structattn_lite.studies.attention.experiment import resolve_dataset
+
+        with warnings.catch_warnings():  # the notebook shows the fallback's banner itself
+            warnings.simplefilter("ignore")
+            resolve_dataset()  # STRUCTATTN_DATA naming a place without PTB: one line
+    if args.command == "figures":
+        from structattn_lite.config import figures_dir
+
+        figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
     if args.command == "run":
         check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
@@ -251,6 +319,11 @@ def _study(args) -> int:
 def _findings(args) -> int:
     from structattn_lite import findings
 
+    try:
+        findings.check_committed()
+    except ValueError as err:  # a damaged committed file: never verdicts from it
+        print(f"structattn: {err}", file=sys.stderr)
+        return 1
     if args.write:
         findings.write_readme()
         print("README.md findings rewritten from data/results")
@@ -265,9 +338,10 @@ def _figures(args) -> int:
 
     folder = figures_dir()
     written = committed_figures.write_all(folder)
-    for path in committed_figures.stray(folder, written):
+    for path in committed_figures.stale(folder, written):  # only files it drew itself
         path.unlink()
-        print(f"{path}: removed (drawn from no committed record)")
+        print(f"{path}: removed (drawn earlier, from no committed record now)")
+    committed_figures.record_drawn(folder, written)
     print(f"{len(written)} files in {folder} redrawn from data/results")
     return 0
 
@@ -316,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="train (or reuse cached) runs of one study's grid")
-    run.add_argument("study", choices=STUDIES, help="the study (one per notebook 02-05)")
+    run.add_argument("study", choices=STUDY_NAMES, help="the study (one per notebook 02-05)")
     run.add_argument(
         "--profile",
         choices=PROFILES,
@@ -349,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     export = sub.add_parser("export", help="write a study's committed results to data/results")
-    export.add_argument("study", choices=STUDIES)
+    export.add_argument("study", choices=STUDY_NAMES)
     export.add_argument(
         "--grid",
         required=True,
@@ -385,20 +459,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = "interrupted; a rerun resumes from the last checkpoint"
+
+
+def _check_path(param: str, path: str) -> str:
+    """The absolute ``path``; a ValueError naming ``param`` when it is longer than the
+    system allows (PATH_MAX for the whole, NAME_MAX for a part)."""
+    full = os.path.abspath(path)
+    path_max, name_max = (os.pathconf("/", name) for name in ("PC_PATH_MAX", "PC_NAME_MAX"))
+    if len(os.fsencode(full)) >= path_max:
+        raise ValueError(
+            f"{param} is {len(os.fsencode(full))} bytes long, over this system's limit of "
+            f"{path_max - 1} (PATH_MAX); choose a shorter path"
+        )
+    if longest := max((p for p in full.split(os.sep)), key=lambda p: len(os.fsencode(p))):
+        if len(os.fsencode(longest)) > name_max:
+            raise ValueError(
+                f"{param} has a folder name of {len(os.fsencode(longest))} bytes, over this "
+                f"system's limit of {name_max} (NAME_MAX); choose shorter names"
+            )
+    return full
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
-        os.environ["STRUCTATTN_RUNS"] = os.path.abspath(args.runs_dir)
     try:
+        if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
+            os.environ["STRUCTATTN_RUNS"] = _check_path("--runs-dir", args.runs_dir)
         _check(args)
     except ValueError as err:
         print(f"structattn: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"structattn: {INTERRUPTED}", file=sys.stderr)
+        return 130
+    from structattn_lite.records import ExportRefused, StoreError
+
     try:
         return args.func(args)
     except (StoreError, ExportRefused) as err:  # a full disk; a grid not ready to export
         print(f"structattn: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: each run checkpoints as it trains
+        print(f"\nstructattn: {INTERRUPTED}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ what the records render. The findings figures (``figures/findings_*.png``) are
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,9 +254,42 @@ def write_all(out: Path | None = None) -> list[Path]:
     return paths
 
 
+MANIFEST = ".structattn-figures.json"  # the files ``structattn figures`` drew into a folder
+
+
 def stray(folder: Path, written: list[Path]) -> list[Path]:
     """The files in ``folder`` that neither ``written`` (``write_all``'s paths) nor the
-    findings figures (``findings.write_figures``) account for."""
+    findings figures (``findings.write_figures``) account for (what figures/ must not
+    hold; ``structattn figures`` removes only those of them that it drew, ``stale``)."""
 
-    drawn = {p.name for p in written} | {f"{name}.png" for name in FINDINGS} | {".gitkeep"}
-    return sorted(p for p in folder.iterdir() if p.name not in drawn)
+    drawn = {p.name for p in written} | {f"{name}.png" for name in FINDINGS}
+    return sorted(p for p in folder.iterdir() if p.name not in {*drawn, ".gitkeep", MANIFEST})
+
+
+def drawn_before(folder: Path) -> list[str]:
+    """The names the last ``record_drawn`` in ``folder`` listed (none without a manifest,
+    or with one that cannot be read)."""
+    try:
+        names = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def stale(folder: Path, written: list[Path]) -> list[Path]:
+    """The files this command drew into ``folder`` before (its manifest) that it did not
+    draw now: what it may remove. A file it never drew (a user's notes, a findings figure,
+    a subfolder) is never among them."""
+    now = {p.name for p in written}
+    return sorted(
+        folder / name
+        for name in drawn_before(folder)
+        if name not in now and "/" not in name and (folder / name).is_file()
+    )
+
+
+def record_drawn(folder: Path, written: list[Path]) -> Path:
+    """Write the manifest of the files drawn into ``folder``."""
+    path = folder / MANIFEST
+    path.write_text(json.dumps(sorted(p.name for p in written), indent=0) + "\n")
+    return path

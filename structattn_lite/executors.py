@@ -23,6 +23,7 @@ from structattn_lite.training.checkpoint import checkpoint_plan
 from structattn_lite.training.trainer import few_threads
 
 EXECUTORS = ("local", "ray")
+LOOPBACK = "127.0.0.1"  # where a local Ray instance listens
 
 RunOne = Callable[..., RunRecord]  # run_one(item, checkpoint=plan or None)
 CheckpointFor = Callable[[Any], "str | Path | None"]
@@ -153,9 +154,27 @@ def connect_ray(address: str | None = None, num_cpus: int | None = None):
         ) from err
     if not ray.is_initialized():
         if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            # Loopback only: on Linux Ray takes 127.0.0.1 for the host's reachable address
+            # unless it is told this is no cluster, and then binds its servers to that.
+            from ray._private import ray_constants
+
+            ray_constants.ENABLE_RAY_CLUSTER = False
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address=LOOPBACK,
+            )
         else:
-            ray.init(address=address, log_to_driver=False)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except Exception as err:  # noqa: BLE001 - Ray raises several kinds for this
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                raise ValueError(
+                    f"--address={address!r}: cannot join a Ray cluster there ({first}); "
+                    "give the address of a running cluster (host:port), or leave --address "
+                    "out to start a local Ray instance"
+                ) from None
     return ray
 
 

@@ -9,6 +9,9 @@ any of them differs from what the committed records give.
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import re
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from structattn_lite import claims, stats
-from structattn_lite.config import figures_dir, repo_root
+from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
@@ -29,6 +32,7 @@ GROUPS = {  # who made the claims -> the ledger ids' prefixes
         "grazzi", "chomsky"),
     "the attention card's hypothesis": ("attention",),
 }  # fmt: skip
+NOT_RUN = "not run yet"  # the reason of a claim no committed record decides (stats.decide)
 FIGURES = ("findings_ledger", "findings_attention", "findings_grokking", "findings_length")
 
 
@@ -206,6 +210,62 @@ def readme_section(text: str | None = None) -> str:
     if not match:
         raise ValueError(f"README.md has no {START} ... {END} section")
     return match.group(1)
+
+
+def _damage(path: Path) -> str | None:
+    """Why a committed CSV is not whole (it cannot be read or decompressed, it ends
+    mid-row, a row has not as many fields as the header), or None."""
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", newline="") as fh:
+            text = fh.read()
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        return f"cannot be read ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+    if not text:
+        return "is empty"
+    if not text.endswith("\n"):
+        return "ends mid-row"
+    rows = csv.reader(io.StringIO(text))
+    width = len(next(rows))
+    for n, fields in enumerate(rows, start=2):
+        if len(fields) != width:
+            return f"has {len(fields)} fields on row {n}, where its header has {width}"
+    return None
+
+
+def check_committed(table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The ledger (``claims.ledger()``, or ``table``) when every committed file parses
+    and no claim that ``claims.csv`` decided has lost its records; else a one-line
+    ValueError naming the file or the claims (a file cut mid-row changed verdicts
+    silently)."""
+    root = results_dir()
+    for path in sorted([*root.glob("*.csv"), *root.glob("*.csv.gz")]):
+        if (why := _damage(path)) is not None:
+            raise ValueError(
+                f"{path} {why}; restore it (git checkout -- {path.name} in data/results) "
+                "or re-export its grid before reading findings"
+            )
+    if table is None:
+        try:
+            table = claims.ledger()
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            raise ValueError(
+                f"the committed records give no ledger ({type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}); restore data/results "
+                "from git before reading or writing findings"
+            ) from None
+    if claims.path().exists():
+        before = claims.committed().set_index("id")
+        now = table.set_index("id")
+        decided = before.index[before["reason"] != NOT_RUN]
+        lost = [i for i in decided if i not in now.index or now.at[i, "reason"] == NOT_RUN]
+        if lost:
+            raise ValueError(
+                f"the committed records lack the runs of {len(lost)} claim(s) claims.csv "
+                f"decided ({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''}); "
+                "restore data/results from git before reading or writing findings"
+            )
+    return table
 
 
 def write_figures(out: Path | None = None) -> list[Path]:

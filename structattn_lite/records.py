@@ -205,13 +205,13 @@ class RunStore:
         key = config_hash(experiment, config)
         path = self.path(experiment, key)
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as err:  # e.g. a directory where the record should be
             raise StoreError(f"cannot read the run record {path}: {err}", err) from None
-        try:
-            record = RunRecord.from_json(json.loads(text))
+        try:  # a record that is not UTF-8 (a stray byte, re-saved as UTF-16) is corrupt too
+            record = RunRecord.from_json(json.loads(raw.decode("utf-8")))
             if record.key != key or record.config != config_dict(config):
                 raise ValueError("record does not match its config")
         except (ValueError, KeyError, TypeError, AttributeError) as err:
@@ -314,8 +314,8 @@ def export_histories(
     frames = []
     for r in records:
         scalars = {k: v for k, v in r.extra.items() if isinstance(v, (int, float, str))}
-        meta = dict(experiment=r.experiment, key=r.key, version=r.version, status=r.status,
-                    reason=r.reason, config=json.dumps(r.config, sort_keys=True),
+        meta = dict(experiment=r.experiment, key=r.key, version=r.version, device=r.device,
+                    status=r.status, reason=r.reason, config=json.dumps(r.config, sort_keys=True),
                     extra=json.dumps(scalars, sort_keys=True))  # fmt: skip
         frames.append(r.history.assign(**meta)[[*meta, *r.history.columns]])
     path = Path(path)
@@ -331,21 +331,25 @@ def export_histories(
 
 
 def load_histories(path: str | os.PathLike) -> list[RunRecord]:
-    """The records written by :func:`export_histories`, in their original order."""
+    """The records written by :func:`export_histories`, in their original order. A file
+    (or row) written before the ``device`` column was: the run trained on the CPU, where
+    every run did until then."""
     table = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    meta = ["experiment", "key", "version", "status", "reason", "config", "extra"]
+    meta = ["experiment", "key", "version", "device", "status", "reason", "config", "extra"]
     out = []
     for key, frame in table.groupby("key", sort=False):
         first = frame.iloc[0]
+        device = first.get("device")
         out.append(
             RunRecord(
                 experiment=first["experiment"],
                 key=key,
                 config=json.loads(first["config"]),
-                history=frame.drop(columns=meta).reset_index(drop=True),
+                history=frame.drop(columns=[c for c in meta if c in frame]).reset_index(drop=True),
                 status=first["status"],
                 reason=None if pd.isna(first["reason"]) else first["reason"],
                 version=first["version"],
+                device="cpu" if device is None or pd.isna(device) else device,
                 extra=json.loads(first["extra"]),
             )
         )

@@ -56,7 +56,11 @@ def run_unit(
     checkpoint: Any = None,
 ) -> RunRecord | list[RunRecord]:
     """Train one work unit: a config, or a list of configs equal but for their seed;
-    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan`` or None) goes to the study."""
+    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan`` or None) goes to the study.
+    (On CUDA, deterministic in whichever process it runs: a Ray worker too.)"""
+    from structattn_lite.config import training_device
+
+    device = training_device(device)
     if isinstance(unit, list):
         return list(study.run_seeds(unit, progress=progress, device=device, checkpoint=checkpoint))
     return study.run(
@@ -133,7 +137,7 @@ def sweep(
     warning (and returned if its record is there when this sweep ends); a path that cannot
     be read or written skips its run; a full disk raises ``StoreError``.
     """
-    from structattn_lite.config import TRAINING_DEVICES, check_choice, check_int, resolve_device
+    from structattn_lite.config import check_choice, check_int, check_threads, training_device
     from structattn_lite.executors import EXECUTORS, execute
     from structattn_lite.locking import RunLock, RunLockedError
     from structattn_lite.studies import get_study
@@ -142,8 +146,8 @@ def sweep(
     check_choice("executor", executor, EXECUTORS)
     check_int("checkpoint_every", checkpoint_every, minimum=0)
     if threads is not None:
-        check_int("threads", threads, minimum=1)
-    device = resolve_device(device, kinds=TRAINING_DEVICES)
+        check_threads("threads", threads)
+    device = training_device(device)  # deterministic on CUDA, here and in each run_unit
     store = store or RunStore()
     experiment = study.EXPERIMENT
     config_class = getattr(study, "Config", None)

@@ -320,6 +320,8 @@ def test_export_writes_a_summary_the_tables_can_read(tmp_path, monkeypatch):
 
 
 def test_missing_ptb_falls_back_loudly(monkeypatch, tmp_path):
-    monkeypatch.setenv("STRUCTATTN_DATA", str(tmp_path))
+    # only when STRUCTATTN_DATA is unset (a folder it names that lacks PTB is an error)
+    monkeypatch.delenv("STRUCTATTN_DATA", raising=False)
+    monkeypatch.setattr("structattn_lite.config.repo_root", lambda: tmp_path)  # no data/ptb
     with pytest.warns(UserWarning, match="Penn Treebank not found; using the FALLBACK"):
         assert st.resolve_dataset() == "fallback"

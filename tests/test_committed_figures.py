@@ -24,10 +24,12 @@ def rendered(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("figures")
     (out / "02_attention_learning_curves.png").write_bytes(b"a quick-profile figure")
+    # drawn there by an earlier `structattn figures` (it removes only what it drew)
+    (out / committed_figures.MANIFEST).write_text('["02_attention_learning_curves.png"]')
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("STRUCTATTN_FIGURES", str(out))
         assert cli.main(["figures"]) == 0
-    return out, sorted(out.iterdir())
+    return out, sorted(p for p in out.iterdir() if p.name != committed_figures.MANIFEST)
 
 
 def test_figures_command_draws_every_committed_figure(rendered):

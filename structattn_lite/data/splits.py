@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.data.tasks import LABELS, Task, make_task
+
+PROGRESS_CELLS = 20_000_000  # symbols in a split above which building it shows progress
+MAX_CELLS = 200_000_000  # symbols a split is built from at most (int64: 1.6 GB, twice)
+MAX_LENGTH = 4096  # the longest string a run trains or is scored at
 
 
 @dataclass
@@ -68,29 +74,51 @@ class StateTrackingData:
         }
 
 
-def _rows(x: torch.Tensor) -> list[bytes]:
-    return [r.tobytes() for r in x.numpy().astype("uint8")]
+def check_size(n: int, length: int, what: str = "length") -> None:
+    """A ValueError naming ``what`` for a length no run here can serve: over
+    ``MAX_LENGTH`` (a model's activations at 100,000 filled 22 GB), or ``n`` strings of
+    it over ``MAX_CELLS`` symbols (the split is built in memory)."""
+    if length > MAX_LENGTH:
+        raise ValueError(
+            f"{what}={length} is longer than the {MAX_LENGTH:,} symbols a run can train "
+            f"or be scored at in memory; use {what} <= {MAX_LENGTH:,}"
+        )
+    if n * length > MAX_CELLS:
+        raise ValueError(
+            f"{what}={length} with n={n} strings is {n * length:,} symbols, over the "
+            f"{MAX_CELLS:,} a split can be built from in memory; use {what} <= "
+            f"{MAX_CELLS // n:,} for n={n}, or fewer strings"
+        )
 
 
 def overlap_stats(
     x_train: torch.Tensor, x_test: torch.Tensor, x_val: torch.Tensor | None = None
 ) -> dict:
     """Distinct strings held (all splits); share of test strings, and of test prefixes, seen
-    in training; share of validation strings seen in training."""
-    train_rows, test_rows = _rows(x_train), _rows(x_test)
-    val_rows = [] if x_val is None else _rows(x_val)
-    train_set = set(train_rows)
-    in_train = sum(r in train_set for r in test_rows) / max(len(test_rows), 1)
-    seen = hits = 0
-    for t in range(1, x_train.shape[1] + 1):
-        train_prefixes = {r[:t] for r in train_rows}
-        hits += sum(r[:t] in train_prefixes for r in test_rows)
-        seen += len(test_rows)
+    in training; share of validation strings seen in training.
+
+    Each position t numbers the distinct pairs (number of the prefix before, symbol at t)
+    of all rows, so two rows share a number exactly when their first t + 1 symbols agree:
+    L sorts of n keys (n L log n, memory n), not n L^2 slices. A bar shows progress for a
+    large split.
+    """
+    val = x_val if x_val is not None else x_train[:0]
+    rows = torch.cat([x_train, x_test, val]).numpy().astype(np.int64)
+    n_train, n_test = len(x_train), len(x_test)
+    length = rows.shape[1]
+    ids = np.zeros(len(rows), dtype=np.int64)  # the number of each row's prefix so far
+    base = int(rows.max(initial=0)) + 1
+    hits = 0
+    big = rows.size > PROGRESS_CELLS
+    for t in tqdm(range(length), desc="test prefixes in train", unit="pos", disable=not big):
+        ids = np.unique(ids * base + rows[:, t], return_inverse=True)[1].reshape(-1)
+        hits += int(np.isin(ids[n_train : n_train + n_test], ids[:n_train]).sum())
+    train, test, val_ids = ids[:n_train], ids[n_train : n_train + n_test], ids[n_train + n_test :]
     return {
-        "n_distinct": len(train_set | set(test_rows) | set(val_rows)),
-        "test_in_train": in_train,
-        "test_prefixes_in_train": hits / max(seen, 1),
-        "val_in_train": sum(r in train_set for r in val_rows) / max(len(val_rows), 1),
+        "n_distinct": len(np.unique(ids)),
+        "test_in_train": float(np.isin(test, train).sum()) / max(n_test, 1),
+        "test_prefixes_in_train": hits / max(n_test * length, 1),
+        "val_in_train": float(np.isin(val_ids, train).sum()) / max(len(val_ids), 1),
     }
 
 
@@ -120,6 +148,7 @@ def make_dataset(
     spec = make_task(task, **options)
     check_int("n", n, minimum=1)
     check_int("length", length, minimum=1)
+    check_size(n, length)
     check_int("seed", seed, minimum=0)
     check_choice("labels", labels, LABELS)
     if labels == "sequence" and spec.pad is not None:

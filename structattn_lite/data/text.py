@@ -108,6 +108,17 @@ def _missing_message(root: Path) -> str:
     )
 
 
+def missing_ptb(where: str | Path) -> str:
+    """What is wrong with ``where`` as a folder of the PTB files, in a few words."""
+    path = Path(where)
+    if not path.exists():
+        return f"{path} does not exist"
+    if not path.is_dir():
+        return f"{path} is a file, not a folder"
+    names = [f for f, _, _ in PTB_FILES.values()]
+    return f"neither {path / 'ptb'} nor {path} holds {', '.join(names)}"
+
+
 def ptb_dir(root: str | Path | None = None) -> Path | None:
     """The folder that holds the three ptb.char files, or None."""
     base = data_root(root)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from structattn_lite.config import check_choice, check_int
-from structattn_lite.data.splits import StateTrackingData, make_dataset
+from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.data.splits import StateTrackingData, check_size, make_dataset
 from structattn_lite.data.tasks import LABELS, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
@@ -60,6 +60,8 @@ class CSPRun:
             check_int(name, getattr(self, name), minimum=0)
         for name in ("length", "n", "epochs", "batch_size"):
             check_int(name, getattr(self, name), minimum=1)
+        check_number("val_fraction", self.val_fraction, minimum=0)  # NaN would mean none
+        check_size(self.n, self.length)  # a length it cannot serve: now, not mid-sweep
         if self.hold_perfect is not None:
             check_int("hold_perfect", self.hold_perfect, minimum=1)
             if self.val_fraction == 0:

@@ -229,6 +229,7 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
                 "epochs": c["epochs"],
                 "epochs_run": len(h),
                 "status": record.status,
+                "device": record.device,
                 "n": c["n"],
                 "d_model": options["d_model"],
                 "n_layers": options["n_layers"],

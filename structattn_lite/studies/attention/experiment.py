@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ import torch
 from structattn_lite import config as cfgmod
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.data import FALLBACK_LABEL, cifar10_available, ptb_available
+from structattn_lite.data.text import missing_ptb
 from structattn_lite.models.attention import ATTENTION_KINDS
 from structattn_lite.models.attention_checks import (
     attention_maps,
@@ -286,9 +288,18 @@ def choose_lrs(records: list[RunRecord]) -> dict[str, float]:
 
 
 def resolve_dataset(root=None) -> str:
-    """ "ptb" when its files are there, else "fallback" with a warning (never silent)."""
+    """ "ptb" when its files are there, else "fallback" with a warning (never silent); a
+    ValueError when ``STRUCTATTN_DATA`` names a place without them (a missing or empty
+    folder, a file): the fallback is only for when no data folder was named."""
     if ptb_available(root):
         return "ptb"
+    named = os.environ.get("STRUCTATTN_DATA")
+    if root is None and named:
+        raise ValueError(
+            f"STRUCTATTN_DATA={named!r} names no folder holding Penn Treebank "
+            f"({missing_ptb(named)}); point it at the folder that holds ptb/, or unset it "
+            "to use the fallback corpus"
+        )
     warnings.warn(f"Penn Treebank not found; using the {FALLBACK_LABEL}", stacklevel=2)
     return "fallback"
 

@@ -42,6 +42,7 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
             "kind": c["kind"], "m": c["m"], "shared_qk": c["shared_qk"] if c["kind"] != "dot" else None,
             "fraction": c["data_fraction"], "precision": recipe["precision"], "seed": c["seed"],
             "lr": recipe["lr"], "tuning": not c["read_test"], "status": r.status,
+            "device": r.device,
             "stop": x.get("stop"), "steps": x.get("steps"), "best_step": x.get("best_step"),
             "train_bpc": h["train_bpc"].iloc[-1] if "train_bpc" in h and len(h) else math.nan,
             **{k: final.get(k, math.nan) for k in ("val_bpc", "test_bpc", "val_loss",

@@ -30,8 +30,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from structattn_lite.config import check_choice, check_int
-from structattn_lite.data.splits import make_dataset
+from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.data.splits import check_size, make_dataset
 from structattn_lite.data.tasks import TASKS, make_task
 from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
@@ -85,6 +85,7 @@ class LengthRun:
         check_choice("split", self.split, SPLITS)
         check_int("seed", self.seed, minimum=0)
         check_int("fit_patience", self.fit_patience, minimum=1)
+        check_number("val_fraction", self.val_fraction, minimum=0)  # NaN would mean none
         if self.stop_at_fit is not None and not 0 < self.stop_at_fit <= 1:
             raise ValueError(f"stop_at_fit must lie in (0, 1] or be None, got {self.stop_at_fit}")
         if self.stop_at_fit is not None and self.protocol == "fixed" and self.val_fraction == 0:
@@ -99,6 +100,8 @@ class LengthRun:
             "n_eval",
         ):
             check_int(name, getattr(self, name), minimum=1)
+        check_size(self.n, self.train_length, "train_length")  # a length it cannot serve
+        check_size(self.n_eval, self.max_eval_length, "max_eval_length")
         task = make_task(self.task, **self.task_options)
         with torch.device("meta"):  # unknown model options fail now, not mid-sweep
             build_length_model(self, task.n_classes, task.vocab_size)

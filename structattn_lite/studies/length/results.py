@@ -63,6 +63,7 @@ def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
             curve[key] = c.get(key)
         curve["lr"], curve["schedule"] = c["optim"]["lr"], c["optim"].get("schedule", "plateau")
         curve["epochs_run"], curve["status"] = len(r.history), r.status
+        curve["device"] = r.device
         curve["steps"] = r.extra["steps"]
         curve["n_parameters"] = r.extra["n_parameters"]
         h = r.history
