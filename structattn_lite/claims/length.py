@@ -23,7 +23,7 @@ def authors_length() -> list[dict]:
             at = curves[(curves["task"] == task) & (curves["length"] == length)] if (
                 curves is not None) else pd.DataFrame(columns=["all_acc", "status"])  # fmt: skip
             rows.append(equivalence_row(
-                at["all_acc"].dropna(), 0, number, stats.ACCURACY_MARGIN,
+                at["all_acc"].dropna(), 0, number, stats.ACCURACY_MARGIN, bounds=stats.UNIT,
                 id=f"authors/{name}/L{length}", study="CSP",
                 claim=f"CSP-Vanilla, {TASK_NAME[name]}, accuracy over all positions at "
                       f"L = {length}: {number:.3f}",
@@ -65,7 +65,8 @@ def wider_field() -> list[dict]:
                     (curves["length"] == longest)] if curves is not None else pd.DataFrame(
             columns=["seq_acc"])  # fmt: skip
         row = equivalence_row(
-            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, id=ident, study="wider",
+            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, bounds=stats.UNIT,
+            id=ident, study="wider",
             claim=f"{words}", source=source,
             protocol=f"ours: trained at T = 16 on 10,000 strings (disjoint split), whole-string "
                      f"accuracy at L = {longest}; theirs trains on lengths up to 40",
