@@ -292,9 +292,11 @@ class DenseAttention(MetricAttention):
         self.l_params = nn.Parameter((rows == cols).float().repeat(n_heads, 1))
 
     def lower(self) -> torch.Tensor:
-        L = self.l_params.new_zeros(self.n_heads, self.d_head, self.d_head)
-        L[:, self.tril_rows, self.tril_cols] = self.l_params
-        return L
+        """L [H, d, d] from its lower-triangle entries, out of place (so torch.func can
+        batch it over stacked modules, which an indexed assignment does not allow)."""
+        H, d = self.n_heads, self.d_head
+        flat = self.tril_rows * d + self.tril_cols
+        return self.l_params.new_zeros(H, d * d).index_copy(1, flat, self.l_params).view(H, d, d)
 
     def metric(self) -> torch.Tensor:
         L = self.lower()
