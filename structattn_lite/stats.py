@@ -29,6 +29,7 @@ MIN_SEEDS = 3  # fewer finite seeds than this decide nothing
 ACCURACY_MARGIN = 0.02  # accuracy or F1: the paper prints two digits; 0.02 is its last digit x2
 LENGTH_MARGIN = 0.05  # accuracy far past the training length, where papers report rough levels
 BPC_MARGIN = 0.02  # bits per character: "equal" loss within 0.02 bpc (about 1% at 2 bpc)
+UNIT = (0.0, 1.0)  # where accuracy and F1 live: the interval of their mean stays inside it
 
 RULES = {
     "equivalence": (
@@ -36,6 +37,11 @@ RULES = {
         "published number ± the margin; not reproduced when it lies wholly outside; undecided "
         f"otherwise or with fewer than {MIN_SEEDS} finite seeds. A row whose seeds mostly "
         "diverged is not reproduced (its model does not train as described)."
+    ),
+    "bounded": (
+        "a mean of a metric bounded in [0, 1] (accuracy, F1) cannot leave [0, 1], so the t "
+        "interval of that mean is clipped to [0, 1] before any rule reads it; bits per "
+        "character and epochs have no such bound and are not clipped."
     ),
     "gap": (
         f"epochs from the first 90% to the first 100% (and 99%) test accuracy, per seed; a seed "
@@ -81,11 +87,20 @@ def t_half_width(sd: float, n: int, level: float = LEVEL) -> float:
     return float(stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
 
 
-def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, int]:
-    """(mean, low, high, n) of the finite values; low and high NaN below two values."""
+def mean_interval(
+    values: Sequence[float], level: float = LEVEL, *, bounds: tuple[float, float] | None = None
+) -> tuple[float, float, float, int]:
+    """(mean, low, high, n) of the finite values; low and high NaN below two values.
+
+    ``bounds`` (``UNIT`` for accuracy and F1) is the range the metric cannot leave; the
+    interval is clipped to it (the rule ``RULES["bounded"]``). None: no clipping.
+    """
     mean, sd, n = summary(values)
     half = t_half_width(sd, n, level)
-    return mean, mean - half, mean + half, n
+    low, high = mean - half, mean + half
+    if bounds is not None and not math.isnan(half):
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high, n
 
 
 def welch_difference(a: tuple, b: tuple, level: float = LEVEL) -> tuple[float, float, float]:
@@ -180,11 +195,13 @@ def equivalence(
     *,
     diverged: int = 0,
     digits: int = 3,
+    bounds: tuple[float, float] | None = None,
 ) -> tuple[str, str]:
     """(verdict, reason) for "our mean equals ``published``" within ± ``margin``.
 
     ``values`` are the finite per-seed numbers; ``diverged`` counts seeds that produced
-    none (a non-finite loss).
+    none (a non-finite loss); ``bounds`` (``UNIT`` for accuracy and F1) clips the interval
+    as ``mean_interval`` does.
     """
     n = len([v for v in values if v is not None and np.isfinite(v)])
     total = n + diverged
@@ -196,7 +213,7 @@ def equivalence(
         return NOT_REPRODUCED, f"{diverged} of {total} seeds diverged (non-finite loss)"
     if n < MIN_SEEDS:
         return UNDECIDED, f"{n} finite seed(s), fewer than {MIN_SEEDS}"
-    mean, low, high, _ = mean_interval(values)
+    mean, low, high, _ = mean_interval(values, bounds=bounds)
     if math.isnan(low):  # every seed the same value
         low = high = mean
     lo, hi = published - margin, published + margin
@@ -206,6 +223,11 @@ def equivalence(
     if high < lo or low > hi:
         side = "above" if low > hi else "below"
         return NOT_REPRODUCED, f"interval wholly {side} {_fmt(published, 2)} ± {margin}{note}"
+    if (
+        bounds is not None and (low, high) != mean_interval(values)[1:3]
+    ):  # clipped by ``bounds``: no longer ± anything
+        span = f"[{low:.{digits}f}, {high:.{digits}f}] (clipped to [{bounds[0]:g}, {bounds[1]:g}])"
+        return UNDECIDED, f"interval {span} crosses the margin's edge{note}"
     return UNDECIDED, f"interval ±{(high - low) / 2:.{digits}f} crosses the margin's edge{note}"
 
 

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sp
 
@@ -89,3 +90,47 @@ def test_tuning_rule_leaves_a_decided_comparison_undecided_and_keeps_its_interva
     numbers, verdict, reason = stats.untuned(decided, "over 600 steps of one seed")
     assert numbers == decided[0] and verdict == stats.UNDECIDED
     assert reason.startswith(decided[2]) and "600 steps of one seed" in reason
+
+
+# The bounded rule: a mean accuracy's interval stays inside [0, 1]. Five seeds of mean 0.999
+# whose t interval is [0.9962, 1.0018], as the authors' mod-3 row at L = 32 had.
+NEAR_ONE = [1.0, 1.0, 1.0, 1.0, 0.995]
+
+
+def test_bounded_interval_is_clipped_to_the_unit_interval():
+    mean, low, high, n = stats.mean_interval(NEAR_ONE)
+    assert high > 1.0  # the t interval alone passes 1
+    clipped = stats.mean_interval(NEAR_ONE, bounds=stats.UNIT)
+    assert clipped == (mean, pytest.approx(low), 1.0, n)  # only the end past 1 moves
+    # and the lower end at 0, for a mean near chance of nothing
+    assert stats.mean_interval([0.0, 0.0, 0.0, 0.0, 0.005], bounds=stats.UNIT)[1] == 0.0
+    assert math.isnan(stats.mean_interval([0.5], bounds=stats.UNIT)[1])  # one seed: no interval
+
+
+def test_bounded_rule_decides_a_row_whose_only_obstacle_lay_above_one():
+    from structattn_lite.claims.rows import equivalence_row
+
+    assert stats.equivalence(NEAR_ONE, 0.98, 0.02)[0] == stats.UNDECIDED  # 1.0018 > 0.98 + 0.02
+    verdict, reason = stats.equivalence(NEAR_ONE, 0.98, 0.02, bounds=stats.UNIT)
+    assert (verdict, reason) == (stats.REPRODUCED, "interval inside 0.98 ± 0.02")
+    row = equivalence_row(pd.Series(NEAR_ONE), 0, 0.98, 0.02, bounds=stats.UNIT, id="x")
+    assert (row["verdict"], row["high"]) == (stats.REPRODUCED, 1.0)
+    # a clipped interval that still crosses the margin says so, not as a ± half-width
+    wide = [1.0, 1.0, 0.6, 1.0, 1.0]
+    verdict, reason = stats.equivalence(wide, 0.92, 0.02, bounds=stats.UNIT)
+    assert verdict == stats.UNDECIDED and "(clipped to [0, 1])" in reason and "±" not in reason
+    # every ledger row says whether its metric is bounded
+    with pytest.raises(TypeError, match="bounds"):
+        equivalence_row(pd.Series(NEAR_ONE), 0, 0.98, 0.02, id="x")
+
+
+def test_an_unbounded_metric_is_not_clipped():
+    from structattn_lite.claims.rows import equivalence_row
+
+    bpc = [1.30, 1.31, 1.29, 1.33, 1.28]  # bits per character live above 1
+    mean, low, high, _ = stats.mean_interval(bpc)
+    assert low > 1.0 and stats.mean_interval(bpc, bounds=None) == (mean, low, high, 5)
+    row = equivalence_row(pd.Series(NEAR_ONE), 0, 0.98, 0.02, bounds=None, id="x")
+    assert row["high"] > 1.0 and row["verdict"] == stats.UNDECIDED
+    epochs = [-14.6, 51.0, 10.0]  # an epoch gap may be negative: no bound at 0 either
+    assert stats.mean_interval(epochs)[1] < 0

@@ -43,6 +43,7 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
                 diverged,
                 published,
                 stats.ACCURACY_MARGIN,
+                bounds=stats.UNIT,  # accuracy or F1
                 id=ident,
                 study="CSP",
                 claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {published:.2f}",

@@ -23,7 +23,7 @@ def authors_length() -> list[dict]:
             at = curves[(curves["task"] == task) & (curves["length"] == length)] if (
                 curves is not None) else pd.DataFrame(columns=["all_acc", "status"])  # fmt: skip
             rows.append(equivalence_row(
-                at["all_acc"].dropna(), 0, number, stats.ACCURACY_MARGIN,
+                at["all_acc"].dropna(), 0, number, stats.ACCURACY_MARGIN, bounds=stats.UNIT,
                 id=f"authors/{name}/L{length}", study="CSP",
                 claim=f"CSP-Vanilla, {TASK_NAME[name]}, accuracy over all positions at "
                       f"L = {length}: {number:.3f}",
@@ -90,7 +90,8 @@ def _wider_field_theirs() -> list[dict]:
             at = runs[runs["length"] == length]
             far = runs.loc[runs["length"] == longest, "seq_acc"].dropna()
         row = equivalence_row(
-            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, id=ident, study="wider",
+            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, bounds=stats.UNIT,
+            id=ident, study="wider",
             claim=words, source=source, protocol=GRAZZI_PROTOCOL.format(length=length),
             grid="grazzi (length)", notebook="05, baselines at length",
             command="structattn run length --grid grazzi",
@@ -114,7 +115,8 @@ def _wider_field_at_t16() -> list[dict]:
                     (curves["length"] == longest)] if curves is not None else pd.DataFrame(
             columns=["seq_acc"])  # fmt: skip
         row = equivalence_row(
-            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, id=f"{ident}/{AT_T16}",
+            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, bounds=stats.UNIT,
+            id=f"{ident}/{AT_T16}",
             study="wider", claim=f"{words}, trained at T = 16 only", source=source,
             protocol=f"ours: trained at T = 16 on 10,000 strings (disjoint split), Adam 1e-3 "
                      f"on a cosine, whole-string accuracy at L = {longest}; theirs trains on "

@@ -38,11 +38,14 @@ def row(values=(), **fields) -> dict:
     return {**{column: fields.get(column, math.nan) for column in COLUMNS}, "values": values}
 
 
-def equivalence_row(values: pd.Series, diverged: int, published: float, margin: float,
-                    **fields) -> dict:  # fmt: skip
-    """A row for "our mean equals the published number within ± margin"."""
-    verdict, reason = stats.equivalence(values.tolist(), published, margin, diverged=diverged)
-    mean, low, high, n = stats.mean_interval(values.tolist())
+def equivalence_row(values: pd.Series, diverged: int, published: float, margin: float, *,
+                    bounds: tuple[float, float] | None, **fields) -> dict:  # fmt: skip
+    """A row for "our mean equals the published number within ± margin". ``bounds``:
+    ``stats.UNIT`` for accuracy and F1 (the interval clipped to [0, 1]), None for a metric
+    without bounds (bits per character, epochs); every caller says which."""
+    verdict, reason = stats.equivalence(values.tolist(), published, margin, diverged=diverged,
+                                        bounds=bounds)  # fmt: skip
+    mean, low, high, n = stats.mean_interval(values.tolist(), bounds=bounds)
     rule = f"equivalence, margin ±{margin}"
     return row(values.tolist(), published=published, ours=mean, low=low, high=high,
                seeds=n + diverged, verdict=verdict, reason=reason, rule=rule,

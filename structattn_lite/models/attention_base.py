@@ -5,12 +5,18 @@ An ``Attention`` maps [B, N, d_model] -> [B, N, d_model] by one of two exact pat
 ``path="fast"`` runs the fused kernel that trains. Both share the value and output
 projections, the head split and the causal mask; training-mode fast calls count what
 the kernel saw into ``stats`` (``FastPathStats``).
+
+The forward keeps no Python-side state, so ``torch.compile`` traces it once and
+``torch.func`` (``functional_call``, ``vmap``, ``grad``) transforms it: the counts live
+in a tensor buffer, ``fast_counts`` (int64, not in the state dict), updated in place.
+Only the every-k-th gate of ``check_every > 0`` keeps a Python count, in a function
+``torch.compile`` leaves out of its graph (``check``: a graph break, not a recompile).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +51,20 @@ class FastPathStats:
         return asdict(self)
 
 
+# The counts' places in ``Attention.fast_counts``: FastPathStats' fields in order. The
+# buffer is int64 so that ``module.to(dtype)`` never rounds it; max_abs_logit is held as
+# the bits of its float64 value (for non-negative floats the bits order as the values,
+# so a max over bits is the max over values).
+COUNT_FIELDS = tuple(f.name for f in fields(FastPathStats))
+CALLS, CHECKED, ROWS, NONFINITE, SATURATED, MAX_ABS, FALLBACKS = range(len(COUNT_FIELDS))
+assert COUNT_FIELDS[MAX_ABS] == "max_abs_logit" and COUNT_FIELDS[FALLBACKS] == "fallbacks"
+
+
+def _float_bits(x: torch.Tensor) -> torch.Tensor:
+    """A 0-d float tensor as the int64 bits of its float64 value."""
+    return x.to(torch.float64).reshape(()).view(torch.int64)
+
+
 class Attention(nn.Module):
     """Shared parts: value/output projections, head split, causal mask, the two paths.
 
@@ -72,8 +92,38 @@ class Attention(nn.Module):
         self.path = "fast"
         self.keep_logits = False
         self.last_logits: torch.Tensor | None = None
-        self.check_every = 0
-        self.stats = FastPathStats()
+        self.register_buffer(
+            "fast_counts", torch.zeros(len(COUNT_FIELDS), dtype=torch.int64), persistent=False
+        )
+        self._every, self._seen = 0, 0  # check_every and the calls its gate has counted
+
+    @property
+    def stats(self) -> FastPathStats:
+        """The counts so far, as Python numbers (one read of ``fast_counts``)."""
+        counts = self.fast_counts.detach().cpu()
+        values = dict(zip(COUNT_FIELDS, counts.tolist(), strict=True))
+        values["max_abs_logit"] = float(counts[MAX_ABS].view(torch.float64))
+        return FastPathStats(**values)
+
+    @stats.setter
+    def stats(self, value: FastPathStats) -> None:
+        """Set the counts (a checkpoint's, or zeros to reset them)."""
+        counts = [getattr(value, name) for name in COUNT_FIELDS]
+        counts[MAX_ABS] = 0
+        new = torch.tensor(counts, dtype=torch.int64)
+        new[MAX_ABS] = _float_bits(torch.tensor(float(value.max_abs_logit)))
+        with torch.no_grad():
+            self.fast_counts.copy_(new)
+        self._seen = int(value.calls)
+
+    @property
+    def check_every(self) -> int:
+        return self._every
+
+    @check_every.setter
+    def check_every(self, every: int) -> None:
+        self._every = check_int("check_every", every, minimum=0)
+        self._seen = int(self.fast_counts[CALLS])  # the gate starts from the counted calls
 
     def split(self, t: torch.Tensor) -> torch.Tensor:
         B, N, _ = t.shape
@@ -110,7 +160,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, path: str | None = None) -> torch.Tensor:
         path = check_choice("path", path or self.path, PATHS)
         if path == "fast":
-            self.stats.calls += self.training
+            if self.training:
+                self.fast_counts[CALLS].add_(1)
             return self.fast(x)
         return self.w_o(self.reference(x))
 
@@ -118,28 +169,45 @@ class Attention(nn.Module):
         """Parameters that define the similarity beyond the projections."""
         return []
 
-    def checking(self) -> bool:
-        """Whether this (training) call counts failures: every check_every-th one."""
-        every = self.check_every
-        return self.training and every > 0 and (self.stats.calls - 1) % every == 0
+    def check(self, q: torch.Tensor, k: torch.Tensor, scale: float, y: torch.Tensor) -> None:
+        """Count failures from this call's q, k and output if it is a checked one: every
+        check_every-th training call. With check_every = 0 nothing runs, so the forward
+        stays one traceable graph."""
+        if self.training and self._every > 0:
+            self._checked(q, k, scale, y)
+
+    @torch.compiler.disable
+    def _checked(self, q: torch.Tensor, k: torch.Tensor, scale: float, y: torch.Tensor) -> None:
+        """The gate and the count, left out of a compiled graph (a graph break that returns
+        nothing, so no guard and no recompile): calls 1, k + 1, 2k + 1, ... are counted,
+        by a Python count of calls that never reads ``fast_counts`` (no device sync)."""
+        self._seen += 1
+        if (self._seen - 1) % self._every == 0:
+            self.count(q, k, scale, y)
 
     @torch.no_grad()
     def count(self, q: torch.Tensor, k: torch.Tensor, scale: float, y: torch.Tensor) -> None:
-        """Failure counts from the q, k the kernel used (same dtype, e.g. under autocast)."""
+        """Failure counts from the q, k the kernel used (same dtype, e.g. under autocast),
+        added into ``fast_counts`` by tensor operations only (no host sync)."""
         logits = self.mask((q @ k.transpose(-1, -2)) * scale)
         visible = torch.isfinite(self.mask(torch.zeros_like(logits[0, 0]))).sum(-1) > 1
         row_max = logits.amax(-1, keepdim=True)
         rest = torch.exp((logits - row_max).float()).sum(-1) - 1  # mass beside the maximum
         eps = torch.finfo(q.dtype).eps
-        s = self.stats
-        s.checked_calls += 1
-        s.rows += int(visible.sum()) * logits.shape[0] * logits.shape[1]
-        s.nonfinite += int((~torch.isfinite(q)).sum() + (~torch.isfinite(k)).sum())
-        s.nonfinite += int((~torch.isfinite(y)).sum())
-        s.saturated_rows += int(((rest < eps) & visible).sum())
-        finite = logits[torch.isfinite(logits)]
-        if finite.numel():
-            s.max_abs_logit = max(s.max_abs_logit, float(finite.abs().max()))
+        finite = torch.isfinite(logits)
+        zero = torch.zeros((), dtype=torch.int64, device=q.device)
+        step = torch.stack([
+            zero,  # calls: counted by forward
+            zero + 1,  # checked_calls
+            visible.sum() * (logits.shape[0] * logits.shape[1]),  # rows
+            (~torch.isfinite(q)).sum() + (~torch.isfinite(k)).sum() + (~torch.isfinite(y)).sum(),
+            ((rest < eps) & visible).sum(),  # saturated_rows
+            zero,  # max_abs_logit: below
+            zero,  # fallbacks: counted by the metric kinds
+        ])  # fmt: skip
+        self.fast_counts.add_(step)
+        largest = _float_bits(logits.abs().masked_fill(~finite, 0).amax())  # finite entries
+        self.fast_counts[MAX_ABS].copy_(torch.maximum(self.fast_counts[MAX_ABS], largest))
 
 
 class DotAttention(Attention):
@@ -159,6 +227,5 @@ class DotAttention(Attention):
     def fast(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = (self.split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        if self.checking():
-            self.count(q, k, 1 / math.sqrt(self.d_head), y)
+        self.check(q, k, 1 / math.sqrt(self.d_head), y)
         return self.w_o(self.merge(y))

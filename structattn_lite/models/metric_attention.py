@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.models.attention_base import Attention
+from structattn_lite.models.attention_base import FALLBACKS, Attention
 from structattn_lite.theory import SUPPORT_RULES, support_matrix
 
 # With separate q/k a fused kernel leaves a rounding residual in rows that are one-hot
@@ -191,15 +191,15 @@ class MetricAttention(Attention):
         if self.logit_bound is not None:
             self.last_bound = self.folded_bound(sq_q, sq_k)
             if not self.last_bound <= self.logit_bound:  # also catches NaN
-                self.stats.fallbacks += self.training
+                if self.training:
+                    self.fast_counts[FALLBACKS].add_(1)
                 return self.folded_float64(x, width)
         if self.shared_qk:
             q, k = _RowSumZero.apply(q, k, self.d_head + 1)
         y = F.scaled_dot_product_attention(
             q, k, self.padded_value(x, width), is_causal=self.causal, scale=1.0
         )
-        if self.checking():
-            self.count(q, k, 1.0, y)
+        self.check(q, k, 1.0, y)
         return self.padded_output(y, width)
 
     # The kernel needs v as wide as q~, k~. Padding w_v's rows and w_o's columns per head
@@ -231,8 +231,7 @@ class MetricAttention(Attention):
             v = self.heads(self.w_v(x_own)).to(torch.float64)
             v = F.pad(v, (0, width - self.d_head)).transpose(1, 2)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=1.0)
-            if self.checking():
-                self.count(q, k, 1.0, y)
+            self.check(q, k, 1.0, y)
             out = self.w_o(self.merge(y[..., : self.d_head]).to(x_own.dtype))
         return out.to(x.dtype)
 
@@ -256,13 +255,22 @@ class _RowSumZero(torch.autograd.Function):
     spurious gradient. The probe column (q~ = 0, k~ = 1) reads r_i off dq~; for a row
     that is one-hot on its diagonal the residual's whole effect is r_i k~_i on dq~_i and
     r_i q~_i on dk~_i, removed here (elsewhere r_i is rounding-sized, and so is the change).
+
+    Forward without ctx plus ``setup_context``, and a generated vmap rule, let torch.func
+    (``vmap``, ``grad``, stacked modules) and ``torch.compile`` trace it.
     """
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, q, k, probe: int):
+    def forward(q, k, probe: int):
+        return q.view_as(q), k.view_as(k)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, probe = inputs
         ctx.save_for_backward(q, k)
         ctx.probe = probe
-        return q.view_as(q), k.view_as(k)
 
     @staticmethod
     def backward(ctx, dq, dk):
@@ -284,9 +292,11 @@ class DenseAttention(MetricAttention):
         self.l_params = nn.Parameter((rows == cols).float().repeat(n_heads, 1))
 
     def lower(self) -> torch.Tensor:
-        L = self.l_params.new_zeros(self.n_heads, self.d_head, self.d_head)
-        L[:, self.tril_rows, self.tril_cols] = self.l_params
-        return L
+        """L [H, d, d] from its lower-triangle entries, out of place (so torch.func can
+        batch it over stacked modules, which an indexed assignment does not allow)."""
+        H, d = self.n_heads, self.d_head
+        flat = self.tril_rows * d + self.tril_cols
+        return self.l_params.new_zeros(H, d * d).index_copy(1, flat, self.l_params).view(H, d, d)
 
     def metric(self) -> torch.Tensor:
         L = self.lower()

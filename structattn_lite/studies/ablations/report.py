@@ -86,7 +86,8 @@ def _wide(cells: pd.DataFrame, keys: list[str], paper_of) -> pd.DataFrame:
             row[(task, "diverged")] = diverged
             row[(task, "paper")] = paper
             row[(task, "verdict")] = stats.equivalence(
-                values, paper, stats.ACCURACY_MARGIN, diverged=diverged)[0]  # fmt: skip
+                values, paper, stats.ACCURACY_MARGIN, diverged=diverged,
+                bounds=stats.UNIT)[0]  # fmt: skip
         rows.append(row)
     table = pd.DataFrame(rows).set_index(keys)
     table.columns = pd.MultiIndex.from_tuples(table.columns)

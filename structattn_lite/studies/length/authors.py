@@ -25,10 +25,10 @@ def authors_table(curves: pd.DataFrame, lengths=(16, 32, 64)) -> pd.DataFrame:
             at = g[g["length"] == length]
             if at.empty:
                 continue
-            mean, low, high, n = stats.mean_interval(at["all_acc"].tolist())
+            mean, low, high, n = stats.mean_interval(at["all_acc"].tolist(), bounds=stats.UNIT)
             theirs = published[lengths.index(length)] if published else math.nan
             verdict, reason = stats.equivalence(at["all_acc"].tolist(), theirs,
-                                                stats.ACCURACY_MARGIN)  # fmt: skip
+                                                stats.ACCURACY_MARGIN, bounds=stats.UNIT)  # fmt: skip
             rows.append(
                 {
                     "task": task,
