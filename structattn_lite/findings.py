@@ -24,7 +24,7 @@ START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 GROUPS = {  # who made the claims -> the ledger ids' prefixes
     "the CSP paper (Tables 3 and 4, grokking gaps, gradient-norm spikes)": (
         "table3", "table4", "gap", "spike"),
-    "the authors' README length table (CSP-Vanilla)": ("authors",),
+    "the authors' README length table (their CSP-Vanilla row)": ("authors",),
     "the wider field (Grazzi et al.; the Chomsky-hierarchy paper) on parity at length": (
         "grazzi", "chomsky"),
     "the attention card's hypothesis": ("attention",),

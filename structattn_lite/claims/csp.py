@@ -18,6 +18,7 @@ from structattn_lite.claims.rows import (
     read,
     row,
 )
+from structattn_lite.names import display_name
 from structattn_lite.studies.grokking.report import GAP_METRIC, SPIKE_WINDOW
 
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
@@ -170,7 +171,8 @@ def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
     return mean, low, high, stats.UNDECIDED, text
 
 
-MODEL_WORDS = {"paper": "the text's model", "authors_3bb9f71": "the authors' CSP (3bb9f71)"}
+# The grokking rows' models, by preset, in the words of ``names.DISPLAY_NAMES``.
+MODEL_WORDS = {preset: display_name(preset) for preset in ("paper", "authors_3bb9f71")}
 
 
 def grokking() -> list[dict]:
@@ -181,7 +183,7 @@ def grokking() -> list[dict]:
         [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
           **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
     )  # fmt: skip
-    protocol = PAPER_TEXT.replace("the text's model", "each model")
+    protocol = PAPER_TEXT.replace(display_name("paper"), "each model")
     command = "structattn run grokking --grid gap --seed-batching"
     rows = []
     for preset in MODEL_WORDS:
