@@ -1,15 +1,18 @@
-"""The README's "What we found": the verdicts counted by source, the claims ledger, four
-figures.
+"""The README's "What we found": the verdicts counted by source, "In short" (each line
+citing the ledger rows it rests on), four figures; and ``LEDGER.md``, the whole ledger
+with the rules that decided it.
 
 Everything here is rendered from ``data/results`` through ``claims.ledger()``.
 ``structattn findings --write`` rewrites ``data/results/claims.csv``, the four figures
-(``figures/findings_*.png``) and the README section between its markers; tests fail when
-any of them differs from what the committed records give.
+(``figures/findings_*.png``), ``LEDGER.md`` and the README section between its markers;
+tests fail when any of them differs from what the committed records give, or when an
+"In short" line states a verdict its rows do not have.
 """
 
 from __future__ import annotations
 
 import csv
+import fnmatch
 import gzip
 import io
 import re
@@ -20,14 +23,119 @@ import pandas as pd
 
 from structattn_lite import claims, stats
 from structattn_lite.config import figures_dir, repo_root, results_dir
+from structattn_lite.names import display_name
 from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+LEDGER_MD = "LEDGER.md"  # the whole ledger, at the repository's root
+
+TEXT, AUTHORS = display_name("paper"), display_name("authors_3bb9f71")
+# "In short": (topic, the verdict every cited row has, the sentence, the ledger ids or
+# fnmatch patterns it rests on). Our reading of the rows; the rows decide, and
+# tests/test_findings.py checks each line's verdict against them.
+IN_SHORT = [
+    ("CSP, the paper's tables", stats.REPRODUCED,
+     "The full model (rotation, SiLU, skip and the complex norm) learns parity, mod-3 and "
+     "parentheses as Tables 3 and 4 report.", ["table3/focal/*", "table4/with/+norm/*"]),
+    ("CSP, the paper's tables", stats.NOT_REPRODUCED,
+     "Every Table 4 row without the complex norm diverges at the paper's settings "
+     "(a non-finite loss on every seed), with rotation or without.",
+     ["table4/*/base/*", "table4/*/+silu/*", "table4/*/+skip/*"]),
+    ("CSP, the paper's tables", stats.NOT_REPRODUCED,
+     "The full model without rotation solves all three tasks, where the paper has it fail.",
+     ["table4/without/+norm/*"]),
+    ("CSP, the paper's tables", stats.NOT_REPRODUCED,
+     "With LayerNorm instead of the complex norm it solves parentheses, where the paper has "
+     "F1 0; on parity and mod-3 it stays at chance (notebook 04; the paper prints no number "
+     "there, so those cells are no ledger rows).", ["table4/with/layernorm/dyck1"]),
+    ("CSP, the paper's tables", stats.NOT_REPRODUCED,
+     "Trained with cross-entropy instead of focal loss, the model still solves mod-3 and "
+     "parentheses, where Table 3 prints failures (parity has no published number).",
+     ["table3/ce/mod3", "table3/ce/dyck1"]),
+    ("CSP, grokking", stats.NOT_REPRODUCED,
+     f"{TEXT} does not show the paper's short gaps from 90% to 100% test accuracy on parity "
+     "and mod-3: most seeds never reach 100%.", ["gap/paper/parity", "gap/paper/mod3"]),
+    ("CSP, grokking", stats.UNDECIDED,
+     f"On parentheses neither model has a phase at chance to measure a gap from; {AUTHORS} "
+     "reaches 100% on parity and mod-3, but too unevenly across seeds to decide the gap.",
+     ["gap/paper/dyck1", "gap/authors_3bb9f71/*"]),
+    ("CSP, grokking", stats.UNDECIDED,
+     "Whether the largest gradient norm marks the jump is undecided for every task and model.",
+     ["spike/*"]),
+    ("CSP, length", stats.REPRODUCED,
+     "The authors' own length table holds at the training length, with their code at the "
+     "revision behind each row...", ["authors/*/L16"]),
+    ("CSP, length", stats.UNDECIDED, "...and is undecided beyond it.",
+     ["authors/*/L32", "authors/*/L64"]),
+    ("CSP, length", stats.REPRODUCED,
+     f"The wider field's parity results at length reproduce: {display_name('lstm')} and "
+     f"{display_name('gru')} hold; a {display_name('transformer')} and a "
+     f"{display_name('diag_rnn')} fall to chance.", ["chomsky/*", "grazzi/diag_rnn"]),
+    ("CSP, length", stats.UNDECIDED,
+     f"The {display_name('diag_rnn_neg')}, which should solve parity, also fails at our "
+     "protocol (trained at length 16 only, not at theirs).", ["grazzi/diag_rnn_neg"]),
+    ("Matroidal attention", stats.REPRODUCED,
+     "With each rate chosen on validation at the budget it is judged at, matroidal m=2d has "
+     "far fewer metric parameters than dense, no non-finite logits, and classifies the "
+     "digits as well.",
+     ["attention/fewer_parameters", "attention/stable/nonfinite", "attention/digits"]),
+    ("Matroidal attention", stats.REPRODUCED,
+     f"With separate q/k it is not worse than {display_name('dense (sep q/k)')} (within the "
+     "margin) on validation at d_model 128 and on test at 64 and 32; at 32 dense is ahead by "
+     "less than the margin.",
+     ["attention/not_worse/sep", "attention/low_parameters/d64/sep",
+      "attention/low_parameters/d32/sep"]),
+    ("Matroidal attention", stats.REPRODUCED,
+     "With separate q/k its metric's gradients are calmer than dense's...",
+     ["attention/smoother/sep/metric"]),
+    ("Matroidal attention", stats.UNDECIDED,
+     "...while the whole model's, and each layer's, are undecided.",
+     ["attention/smoother/sep", "attention/smoother/sep/layer*"]),
+    ("Matroidal attention", stats.UNDECIDED,
+     "With the shared projection the chosen rates are high and the seeds spread too widely "
+     "to decide anything against dense.",
+     ["attention/not_worse/shared", "attention/smoother/shared*",
+      "attention/low_parameters/d*/shared"]),
+    ("Matroidal attention", stats.REPRODUCED,
+     f"Its edge over {display_name('dot')} grows with less text, at d_model 128 and at 32.",
+     ["attention/low_data/dot", "attention/low_data/d32/dot"]),
+    ("Matroidal attention", stats.UNDECIDED,
+     "Against dense that edge, the best support size, pruning, bfloat16, saturation, and "
+     "whether the edge grows as the model shrinks stay undecided.",
+     ["attention/low_data/dense", "attention/low_data/d32/dense", "attention/best_m",
+      "attention/pruning", "attention/stable/bfloat16", "attention/stable/saturated",
+      "attention/low_parameters", "attention/low_parameters/dot"]),
+    ("Matroidal attention", stats.UNDECIDED,
+     "The 8,000-step rows stay undecided: no rate was tuned at that budget.",
+     ["attention/long/*"]),
+]  # fmt: skip
+
+
+def cited_rows(table: pd.DataFrame, patterns: list[str]) -> pd.DataFrame:
+    """The ledger rows whose id matches one of ``patterns`` (fnmatch, as "In short" cites
+    them); a pattern that matches no row is an error naming it."""
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(i, pattern) for i in table["id"]):
+            raise ValueError(f"pattern {pattern!r} matches no id of the ledger")
+    return table[[any(fnmatch.fnmatchcase(i, p) for p in patterns) for i in table["id"]]]
+
+
+def in_short() -> str:
+    """The "In short" lines, grouped by topic: each with its verdict and the ids it cites."""
+    lines, topic = [], None
+    for about, verdict, text, ids in IN_SHORT:
+        if about != topic:
+            lines.append(f"- **{about}**")
+            topic = about
+        cited = " ".join(f"`{i}`" for i in ids)
+        lines.append(f"  - *{verdict}*: {text} [{cited}]")
+    return "\n".join(lines)
+
 
 GROUPS = {  # who made the claims -> the ledger ids' prefixes
     "the CSP paper (Tables 3 and 4, grokking gaps, gradient-norm spikes)": (
         "table3", "table4", "gap", "spike"),
-    "the authors' README length table (CSP-Vanilla)": ("authors",),
+    "the authors' README length table (their CSP-Vanilla row)": ("authors",),
     "the wider field (Grazzi et al.; the Chomsky-hierarchy paper) on parity at length": (
         "grazzi", "chomsky"),
     "the attention card's hypothesis": ("attention",),
@@ -182,25 +290,47 @@ def length_figure():
     return fig
 
 
-def figures_markdown() -> str:
-    return "\n".join(f"![{name}](figures/{name}.png)" for name in FIGURES)
+def figures_markdown(names=FIGURES) -> str:
+    return "\n".join(f"![{name}](figures/{name}.png)" for name in names)
 
 
-def render(table: pd.DataFrame | None = None) -> str:
-    """The section, from the ledger."""
-    table = claims.ledger() if table is None else table
+def rules() -> str:
     rules = "\n".join(f"- **{name}**: {text}" for name, text in stats.RULES.items())
-    return "\n\n".join([
-        verdict_counts(table).to_markdown(index=False),
-        figures_markdown(),
+    return (
         "The rules, fixed before the runs were read (`structattn_lite/stats.py`), with "
         f"margins ±{stats.ACCURACY_MARGIN} on accuracy and F1, ±{stats.LENGTH_MARGIN} far past "
         f"the training length and ±{stats.BPC_MARGIN} bits per character, and at least "
-        f"{stats.MIN_SEEDS} seeds:\n\n" + rules,
-        claims.markdown(table),
-        "Every row's protocol, grid, notebook section and command are in "
-        "`data/results/claims.csv`.",
+        f"{stats.MIN_SEEDS} seeds:\n\n" + rules
+    )
+
+
+def render(table: pd.DataFrame | None = None) -> str:
+    """The README section, from the ledger."""
+    table = claims.ledger() if table is None else table
+    return "\n\n".join([
+        verdict_counts(table).to_markdown(index=False),
+        figures_markdown(FIGURES[:1]),
+        f"Every claim is one row of [the ledger]({LEDGER_MD}) (`data/results/claims.csv`, "
+        "with each row's protocol, grid, notebook section and command), decided by one rule "
+        "written down before the runs were read.",
+        "**In short** (our reading; each line's verdict is that of the rows it cites, ids "
+        f"as in [the ledger]({LEDGER_MD})):\n\n" + in_short(),
+        figures_markdown(FIGURES[1:]),
     ])  # fmt: skip
+
+
+def render_ledger(table: pd.DataFrame | None = None) -> str:
+    """``LEDGER.md``: every row of ``claims.csv`` with its verdict, and the rules."""
+    table = claims.ledger() if table is None else table
+    return "\n\n".join([
+        "# The claims ledger",
+        f"Generated by `structattn findings --write` from `data/results/` ({len(table)} "
+        "claims; the same rows as `data/results/claims.csv`, which also holds each row's "
+        "rule, protocol, grid, notebook section and command). Back to the "
+        "[README](README.md).",
+        rules(),
+        claims.markdown(table, ids=True),
+    ]) + "\n"  # fmt: skip
 
 
 def readme_section(text: str | None = None) -> str:
@@ -282,9 +412,10 @@ def write_figures(out: Path | None = None) -> list[Path]:
 
 
 def write_readme() -> None:
-    """Rewrite claims.csv, the four figures and the README section."""
+    """Rewrite claims.csv, the four figures, LEDGER.md and the README section."""
     claims.write()
     write_figures()
+    (repo_root() / LEDGER_MD).write_text(render_ledger())
     path = repo_root() / "README.md"
     text = path.read_text()
     old = readme_section(text)

@@ -14,9 +14,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
-from structattn_lite.config import check_profile, repo_root
+from structattn_lite.config import check_number, check_profile, repo_root
+from structattn_lite.runs import PROGRESS_ENV, read_progress
 
 # ipywidgets 8 saves widget state version 2, which html-manager 1.x draws.
 NPM_PACKAGES = {"html-manager": "@jupyter-widgets/html-manager@^1.0", "requirejs": "requirejs@^2.3"}
@@ -237,35 +240,129 @@ def defer_output_widget_echo() -> None:
     OutputWidget._echo_deferred = True
 
 
+def elapsed(seconds: float) -> str:
+    """``seconds`` as h:mm:ss, or m:ss under an hour."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def progress_line(name: str, progress_file: Path, seconds: float) -> str:
+    """One line of a notebook's progress: its sweeps' runs done out of those asked for so
+    far (a notebook's later cells may ask for more), and the time since it started."""
+    done, total = read_progress(progress_file)
+    runs = f"{done}/{total} runs done" if total else "no runs asked for yet"
+    return f"[study] {name}: {runs}, {elapsed(seconds)} elapsed"
+
+
+class _Ticker:
+    """Prints ``progress_line`` every ``every`` seconds while a notebook runs."""
+
+    def __init__(self, name: str, progress_file: Path, every: float):
+        self.name, self.progress_file, self.every = name, progress_file, every
+        self.start, self.stopped = time.monotonic(), threading.Event()
+        self.thread = threading.Thread(target=self._tick, daemon=True)
+
+    def _tick(self) -> None:
+        while not self.stopped.wait(self.every):
+            line = progress_line(self.name, self.progress_file, time.monotonic() - self.start)
+            print(line, flush=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+def study_summary(rows: list[dict]) -> str:
+    """The table ``run_notebooks`` prints at the end: per notebook, how long it took, its
+    runs, and what it wrote where (``rows``: notebook, seconds, done, total, written)."""
+    lines = ["[study] summary", "| notebook | time | runs | written |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        runs = f"{r['done']}/{r['total']}" if r["total"] else "-"
+        written = ", ".join(str(p) for p in r["written"]) or "-"
+        lines.append(f"| {r['notebook']} | {elapsed(r['seconds'])} | {runs} | {written} |")
+    total = sum(r["seconds"] for r in rows)
+    lines.append(f"| all ({len(rows)}) | {elapsed(total)} | | |")
+    return "\n".join(lines)
+
+
+def _written_since(folder: Path, since: float) -> list[Path]:
+    """Files under ``folder`` modified at or after ``since`` (a time.time())."""
+    if not folder.exists():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.stat().st_mtime >= since)
+
+
+def _short(path: Path) -> Path:
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def run_notebooks(
-    profile: str, only: list[str] | None = None, out_dir: Path | None = None, device: str = "cpu"
+    profile: str,
+    only: list[str] | None = None,
+    out_dir: Path | None = None,
+    device: str = "cpu",
+    every: float = 30.0,
 ) -> list[Path]:
     """Run each notebook in order with ``PROFILE=profile`` (and ``DEVICE=device`` where the
     notebook trains); write ``<out_dir>/<name>.ipynb`` and an offline ``.html``
-    (``out_dir`` defaults to ``reports/``)."""
+    (``out_dir`` defaults to ``reports/``). While a notebook runs, a line every ``every``
+    seconds says how many of its runs are done and how long it has taken; at the end (or
+    when a notebook fails) a table says how long each took and what it wrote where."""
     import papermill as pm
 
-    from structattn_lite.config import resolve_device
+    from structattn_lite.config import figures_dir, resolve_device
 
     check_profile(profile)
+    check_number("every", every, minimum=0.1)
     device = resolve_device(device)
     defer_output_widget_echo()
     reports = Path(out_dir) if out_dir else repo_root() / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    written = []
-    for nb in notebooks(only):
-        out = reports / nb.name
-        print(f"[study] {nb.name} (profile={profile})", flush=True)
-        parameters = {"PROFILE": profile}
-        if "DEVICE" in nb.read_text():  # only notebooks that train take a device
-            parameters["DEVICE"] = device
-        pm.execute_notebook(
-            nb,
-            out,
-            parameters=parameters,
-            cwd=nb.parent,
-            progress_bar=False,
-            extra_arguments=kernel_arguments(),
-        )
-        written.append(export_html(out, reports))
+    figures = figures_dir(profile)
+    written, summary = [], []
+    saved_env = os.environ.get(PROGRESS_ENV)
+    try:
+        for nb in notebooks(only):
+            out = reports / nb.name
+            progress_file = reports / f".{nb.stem}.progress.jsonl"
+            progress_file.unlink(missing_ok=True)
+            os.environ[PROGRESS_ENV] = str(progress_file)  # the kernel inherits it
+            print(f"[study] {nb.name} (profile={profile})", flush=True)
+            parameters = {"PROFILE": profile}
+            if "DEVICE" in nb.read_text():  # only notebooks that train take a device
+                parameters["DEVICE"] = device
+            started, start = time.time(), time.monotonic()
+            with _Ticker(nb.name, progress_file, every):
+                pm.execute_notebook(
+                    nb,
+                    out,
+                    parameters=parameters,
+                    cwd=nb.parent,
+                    progress_bar=False,
+                    extra_arguments=kernel_arguments(),
+                )
+            written.append(export_html(out, reports))
+            seconds = time.monotonic() - start
+            done, total = read_progress(progress_file)
+            progress_file.unlink(missing_ok=True)
+            files = [out, written[-1], *_written_since(figures, started)]
+            summary.append({"notebook": nb.name, "seconds": seconds, "done": done,
+                            "total": total, "written": [_short(f) for f in files]})  # fmt: skip
+            runs = f"{done}/{total} runs done" if total else "no runs"
+            print(f"[study] {nb.name}: finished in {elapsed(seconds)}, {runs}", flush=True)
+    finally:
+        if saved_env is None:
+            os.environ.pop(PROGRESS_ENV, None)
+        else:
+            os.environ[PROGRESS_ENV] = saved_env
+        if summary:
+            print(study_summary(summary), flush=True)
     return written

@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir
+from structattn_lite.names import DISPLAY_NAMES, display_name
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
 #
@@ -66,30 +67,27 @@ def figure_size(columns: int = 2, height: float | None = None) -> tuple[float, f
 
 use_style()
 
-# One display name, colour, dash and marker per model or variant, in every figure (issue:
-# colours by list position changed between figures). Entries are only ever appended: a
-# colour is fixed by the entry's place in this list, so it never moves.
+# One colour, dash and marker per model or variant, in every figure (issue: colours by list
+# position changed between figures), and its display name from ``names.DISPLAY_NAMES``.
+# Keys are only ever appended: a colour is fixed by the key's place in this list, so it
+# never moves.
+STYLED_MODELS = (
+    "csp_paper", "csp_code_switches", "csp_authors", "lstm", "gru", "transformer",
+    "diag_rnn", "diag_rnn_neg", "complex_rnn", "dot", "dense", "matroidal m=2d",
+    # appended: every variant of the attention records, the other CSP models
+    "dense (sep q/k)", "matroidal m=1d", "matroidal m=4d", "matroidal m=2d (sep q/k)",
+    "csp_authors_7d6c56a", "authors_befce39",
+)  # fmt: skip
 MODEL_STYLE = {
-    name: {"name": display, "color": PALETTE[i % len(PALETTE)],
+    name: {"name": display_name(name), "color": PALETTE[i % len(PALETTE)],
            "marker": MARKERS[i % len(MARKERS)], "ls": LINESTYLES[i % len(LINESTYLES)]}
-    for i, (name, display) in enumerate({
-        "csp_paper": "CSP, the text", "csp_code_switches": "CSP, code switches",
-        "csp_authors": "CSP, the authors' code (3bb9f71)", "lstm": "LSTM", "gru": "GRU",
-        "transformer": "Transformer", "diag_rnn": "diagonal RNN [0, 1]",
-        "diag_rnn_neg": "diagonal RNN [-1, 1]", "complex_rnn": "complex RNN",
-        "dot": "dot product", "dense": "dense Mahalanobis", "matroidal m=2d": "matroidal m=2d",
-        # appended: every variant of the attention records, the other CSP models
-        "dense (sep q/k)": "dense Mahalanobis, separate q/k", "matroidal m=1d": "matroidal m=1d",
-        "matroidal m=4d": "matroidal m=4d",
-        "matroidal m=2d (sep q/k)": "matroidal m=2d, separate q/k",
-        "csp_authors_7d6c56a": "CSP, the authors' code (7d6c56a)",
-        "authors_befce39": "CSP, the authors' paper-era code (befce39)",
-    }.items())
+    for i, name in enumerate(STYLED_MODELS)
 }  # fmt: skip
 # A CSP preset (the grokking and ablation grids' name) is the length study's model of it.
 MODEL_STYLE |= {preset: MODEL_STYLE[model] for preset, model in {
     "paper": "csp_paper", "code_switches": "csp_code_switches",
     "authors_3bb9f71": "csp_authors", "upstream": "csp_authors",
+    "authors_7d6c56a": "csp_authors_7d6c56a",
 }.items()}  # fmt: skip
 
 
@@ -324,6 +322,9 @@ def pd_flatten(blob: dict, prefix: str = "") -> dict:
 _DRAW_LOCK = threading.RLock()
 
 
+NAMED_CONTROLS = ("model", "preset", "variant")  # a browser's dropdowns that pick a model
+
+
 def browser(
     sources: dict[str, object],
     choices,
@@ -336,17 +337,26 @@ def browser(
     ``choices(data)`` gives, for that data, each dropdown's name and its values;
     ``show(data, **picked)`` draws the view for the picked values. ``extra`` adds
     dropdowns that do not depend on the source (e.g. a metric), in the caller's order,
-    opening on the first. The others list their values sorted. Each dropdown is wide
-    enough for its labels.
+    opening on the first. The others list their values sorted. A dropdown of models
+    (``NAMED_CONTROLS``) shows each model's display name (``names.DISPLAY_NAMES``) and
+    passes its code key to ``show``. Each dropdown is wide enough for its labels.
     """
+
+    def labelled(name, values):
+        if name not in NAMED_CONTROLS:
+            return values
+        return [(DISPLAY_NAMES.get(v, str(v)), v) for v in values]
 
     def dropdown(name, values, keep_order=False):
         values = list(dict.fromkeys(values))
         if not keep_order:
             values = sorted(values, key=lambda v: (str(type(v)), v))
-        width = f"{max([len(name), *(len(str(v)) for v in values)]) + 12}ch"
+        labels = (
+            [label for label, _ in labelled(name, values)] if name in NAMED_CONTROLS else values
+        )
+        width = f"{max([len(name), *(len(str(v)) for v in labels)]) + 12}ch"
         return widgets.Dropdown(
-            options=values,
+            options=labelled(name, values),
             description=name,
             layout=widgets.Layout(width=width),
             style={"description_width": "initial"},
@@ -380,7 +390,7 @@ def browser(
             ordered = sorted(dict.fromkeys(values), key=lambda v: (str(type(v)), v))
             keep = w.value if w.value in ordered else (ordered[0] if ordered else None)
             with w.hold_trait_notifications():
-                w.options, w.value = ordered, keep
+                w.options, w.value = labelled(name, ordered), keep
         redraw()
 
     source.observe(new_source, names="value")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import uuid
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,9 @@ from structattn_lite.records import (
 )
 
 UNFINISHED_ENV = "STRUCTATTN_UNFINISHED"
+# A file each sweep appends its progress to (runs done of its total), when set: how
+# `structattn study` shows a notebook's runs while papermill executes it.
+PROGRESS_ENV = "STRUCTATTN_PROGRESS"
 
 # --- the one sweep -------------------------------------------------------------------
 
@@ -98,6 +102,35 @@ def report_unfinished(experiment: str, unfinished: dict[str, tuple[Any, str]]) -
         for key, (cfg, why) in unfinished.items():
             blob = {"experiment": experiment, "key": key, "config": config_dict(cfg), "why": why}
             fh.write(json.dumps(blob) + "\n")
+
+
+def report_progress(experiment: str, sweep_id: str, done: int, total: int) -> None:
+    """Append one sweep's progress (``done`` of its ``total`` runs finished or reused) to
+    the ``STRUCTATTN_PROGRESS`` file, when that variable is set."""
+    path = os.environ.get(PROGRESS_ENV)
+    if not path:
+        return
+    blob = {"experiment": experiment, "sweep": sweep_id, "done": done, "total": total}
+    with open(path, "a") as fh:
+        fh.write(json.dumps(blob) + "\n")
+
+
+def read_progress(path: str | os.PathLike) -> tuple[int, int]:
+    """(runs done, runs asked for), summed over the sweeps reported to a
+    ``STRUCTATTN_PROGRESS`` file, each at its last report; (0, 0) when there is none. A
+    line still being written is skipped."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return 0, 0
+    latest = {}
+    for line in lines:
+        try:
+            blob = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        latest[blob["sweep"]] = (blob["done"], blob["total"])
+    return sum(d for d, _ in latest.values()), sum(t for _, t in latest.values())
 
 
 def read_unfinished(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -183,6 +216,8 @@ def sweep(
         for i in range(len(configs))
         if i not in records and config_hash(experiment, configs[i]) not in blocked
     ]
+    sweep_id = uuid.uuid4().hex
+    report_progress(experiment, sweep_id, len(records), len(configs))
     if progress and records:
         print(
             f"[{experiment}] reused {len(records)} cached run(s); {len(todo)} to train"
@@ -278,6 +313,7 @@ def sweep(
                     warnings.warn(f"run {key} trained but not saved: {err}", stacklevel=2)
                 keep(key, record)
                 locks.pop(key).release()
+            report_progress(experiment, sweep_id, len(records), len(configs))
     finally:
         for lock in locks.values():
             lock.release()
@@ -287,6 +323,7 @@ def sweep(
             keep(key, found)
             unfinished.pop(key, None)
     report_unfinished(experiment, unfinished)
+    report_progress(experiment, sweep_id, len(records), len(configs))
     return [records[i] for i in sorted(records)]
 
 

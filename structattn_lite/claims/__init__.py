@@ -68,22 +68,28 @@ def _spec(r: pd.Series) -> str:
     return ".2e" if 0 < size < 0.01 else ".3f"
 
 
-def markdown(table: pd.DataFrame | None = None, prefixes: tuple[str, ...] = ()) -> str:
+def markdown(
+    table: pd.DataFrame | None = None, prefixes: tuple[str, ...] = (), ids: bool = False
+) -> str:
     """The ledger as a Markdown table: claim, published, ours [95% interval] (seeds),
     verdict and its reason (the rule and protocol columns stay in the CSV); only the
-    rows whose id starts with one of ``prefixes`` ("table4", "gap", ...), if given."""
+    rows whose id starts with one of ``prefixes`` ("table4", "gap", ...), if given; with
+    ``ids``, each row's id first (as the README's "In short" cites it)."""
     table = ledger() if table is None else table
     if prefixes:
         table = table[table["id"].str.split("/").str[0].isin(prefixes)]
     lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | reason |",
              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    if ids:
+        lines = ["| id " + lines[0], "| --- " + lines[1]]
     for _, r in table.iterrows():
         spec = _spec(r)
         ours = _cell(r["ours"], spec=spec) or "–"
         if not pd.isna(r["low"]) and r["low"] != r["high"]:
             ours += f" [{_cell(r['low'], spec=spec)}, {_cell(r['high'], spec=spec)}]"
         lines.append(
-            f"| {r['claim']} | {r['source']} | {_cell(r['published'], 2)} | {ours} "
+            (f"| `{r['id']}` " if ids else "")
+            + f"| {r['claim']} | {r['source']} | {_cell(r['published'], 2)} | {ours} "
             f"({r['seeds']}) | **{r['verdict']}** | {r['reason']} |"
         )
     return "\n".join(lines)

@@ -7,6 +7,7 @@ import math
 
 from structattn_lite import stats
 from structattn_lite.claims.rows import read, row
+from structattn_lite.names import display_name as name
 from structattn_lite.studies.attention.tables import tuning_schedule
 
 # --- the attention card -----------------------------------------------------------------
@@ -80,8 +81,8 @@ def _not_worse_than_dense(ident, where, split, bpc_of, **fields) -> list[dict]:
         mat, dense = "matroidal m=2d" + suffix, "dense" + suffix
         a, b = bpc_of(dense), bpc_of(mat)
         rows.append(_attention_row(
-            f"{ident}/{qk}", f"{where}{mat}: {split} bpc equal to or better than {dense} "
-            f"(within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
+            f"{ident}/{qk}", f"{where}{name(mat)}: {split} bpc equal to or better than "
+            f"{name(dense)} (within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
             f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
             {dense: a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
     return rows
@@ -124,7 +125,7 @@ def low_parameters() -> list[dict]:
         names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
         samples = [cells.get((int(at[2:]), v, 1.0), []) for v, at in names]
         rows.append(_interaction_row(
-            f"attention/low_parameters{suffix}", f"{m}'s edge over {base} is larger at "
+            f"attention/low_parameters{suffix}", f"{name(m)}'s edge over {name(base)} is larger at "
             "d_model 32 than at 64", samples, names, "at d 32", **fields))  # fmt: skip
     for base in ("dense", "dot"):
         cells_read = [(m, 0.01), (base, 0.01), (m, 1.0), (base, 1.0)]
@@ -132,7 +133,7 @@ def low_parameters() -> list[dict]:
         names = [(v, f"{fraction:.0%}") for v, fraction in cells_read]
         rows.append(_interaction_row(
             f"attention/low_data/d32/{base}", "at d_model 32, under one stop rule (early stop or "
-            f"the step cap), {m}'s edge over {base} is larger with 1% of the text than with all of it",
+            f"the step cap), {name(m)}'s edge over {name(base)} is larger with 1% of the text than with all of it",
             samples, names, "at 1%", **{**fields, "protocol": LOW_DATA_PROTOCOL + capped,
                                         "notebook": "02, low data"}))  # fmt: skip
     return rows
@@ -194,14 +195,14 @@ def attention() -> list[dict]:
     for ident, mat, dense in (("shared", m, "dense"), ("sep", f"{m} (sep q/k)", "dense (sep q/k)")):
         a, b = col("main", dense, "val_bpc"), col("main", mat, "val_bpc")
         rows.append(attention_row(
-            f"attention/not_worse/{ident}", f"{mat}: validation bpc equal to or better than "
-            f"{dense} (within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
+            f"attention/not_worse/{ident}", f"{name(mat)}: validation bpc equal to or better "
+            f"than {name(dense)} (within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
             not_worse, {dense: a, mat: b}, seeds=min(len(a), len(b))))  # fmt: skip
         for group, where in SMOOTHER_GROUPS.items():  # the whole model, each layer, the metric
             a, b = col("main", mat, f"gnv_{group}"), col("main", dense, f"gnv_{group}")
             rows.append(attention_row(
                 f"attention/smoother/{ident}" + ("" if group == "total" else f"/{group}"),
-                f"{mat}: smoother training than {dense} (lower gradient-norm variance after "
+                f"{name(mat)}: smoother training than {name(dense)} (lower gradient-norm variance after "
                 f"warmup, {where})", stats.difference(a, b, claim="less", spec="+.2e"),
                 "matroidal minus baseline, Welch; below 0", {mat: a, dense: b},
                 seeds=min(len(a), len(b))))  # fmt: skip
@@ -209,7 +210,7 @@ def attention() -> list[dict]:
     fewer = ours[0] < dense[0] if ours and dense else None
     rows.append(row(
         id="attention/fewer_parameters", study="attention", source="the attention card",
-        claim=f"{m} has fewer metric parameters than dense", ours=ours[0] if ours else math.nan,
+        claim=f"{name(m)} has fewer metric parameters than {name('dense')}", ours=ours[0] if ours else math.nan,
         published=math.nan, seeds=len(ours),
         verdict=stats.REPRODUCED if fewer else stats.NOT_REPRODUCED if fewer is False else
         stats.UNDECIDED, reason=f"{ours[0]:.0f} against {dense[0]:.0f} metric parameters"
@@ -231,7 +232,8 @@ def attention() -> list[dict]:
                                        col("main", v, "fast_rows"), strict=True)]
              for v in ("dense", m)}  # fmt: skip
     rows.append(attention_row(
-        "attention/stable/saturated", f"{m} saturates no more attention rows than dense "
+        "attention/stable/saturated", f"{name(m)} saturates no more attention rows than "
+        f"{name('dense')} "
         "(share of softmax rows whose largest weight is 1 to working precision)",
         stats.difference(share[m], share["dense"], claim="less", spec="+.2e"),
         "matroidal minus dense, Welch; below 0", share, seeds=len(share[m]),
@@ -240,7 +242,8 @@ def attention() -> list[dict]:
                                        col("main", v, "val_bpc"), strict=False)]
              for v in ("dense", m)}  # fmt: skip
     rows.append(attention_row(
-        "attention/stable/bfloat16", f"{m} loses no more to bfloat16 autocast than dense "
+        "attention/stable/bfloat16", f"{name(m)} loses no more to bfloat16 autocast than "
+        f"{name('dense')} "
         f"(shift of validation bpc, same seeds, within {bpc})",
         stats.difference(shift["dense"], shift[m], margin=bpc, claim="not_worse"), not_worse,
         shift, seeds=len(shift[m])))  # fmt: skip
@@ -248,7 +251,7 @@ def attention() -> list[dict]:
         low = [col("low data", v, "val_bpc", fraction=0.01) for v in (m, base)]
         full = [col("main", v, "val_bpc") for v in (m, base)]
         rows.append(_interaction_row(
-            f"attention/low_data/{base}", f"{m}'s edge over {base} is larger with 1% of the "
+            f"attention/low_data/{base}", f"{name(m)}'s edge over {name(base)} is larger with 1% of the "
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
             (base, "100%")], "at 1%", protocol=protocol + "; 1% and 100% of the "
             "text", notebook="02, low data", untuned=untuned))  # fmt: skip
@@ -268,7 +271,7 @@ def attention() -> list[dict]:
     )
     pruned = col("main", m, "prune_val_bpc_0.5")
     rows.append(_attention_row(  # one variant against itself: the tuning rule has no say
-        "attention/pruning", f"{m} keeps its validation bpc (within {bpc}) with half its "
+        "attention/pruning", f"{name(m)} keeps its validation bpc (within {bpc}) with half its "
         "coefficients pruned and a short fine-tune", stats.difference(
             col("main", m, "val_bpc"), pruned, margin=bpc, claim="not_worse"),
         f"unpruned minus pruned, Welch; 'not worse' when above -{bpc} bpc",
@@ -276,7 +279,7 @@ def attention() -> list[dict]:
         seeds=len(pruned), protocol=protocol))  # fmt: skip
     a, b = col("digits", m, "test_acc"), col("digits", "dense", "test_acc")
     rows.append(attention_row(
-        "attention/digits", f"{m} classifies 8x8 digits as well as dense (test accuracy "
+        "attention/digits", f"{name(m)} classifies 8x8 digits as well as {name('dense')} (test accuracy "
         f"within {stats.ACCURACY_MARGIN})", stats.difference(
             a, b, margin=stats.ACCURACY_MARGIN, claim="not_worse"),
         f"matroidal minus dense, Welch; 'not worse' when above -{stats.ACCURACY_MARGIN}",

@@ -18,6 +18,7 @@ from structattn_lite.claims.rows import (
     read,
     row,
 )
+from structattn_lite.names import display_name
 from structattn_lite.studies.grokking.report import (
     SPIKE_WINDOW,
     gap_verdict,
@@ -115,7 +116,8 @@ def table4() -> list[dict]:
 # ledger's rows.
 
 
-MODEL_WORDS = {"paper": "the text's model", "authors_3bb9f71": "the authors' CSP (3bb9f71)"}
+# The grokking rows' models, by preset, in the words of ``names.DISPLAY_NAMES``.
+MODEL_WORDS = {preset: display_name(preset) for preset in ("paper", "authors_3bb9f71")}
 
 
 def grokking() -> list[dict]:
@@ -129,7 +131,7 @@ def grokking() -> list[dict]:
         [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
           **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
     )  # fmt: skip
-    protocol = PAPER_TEXT.replace("the text's model", "each model")
+    protocol = PAPER_TEXT.replace(display_name("paper"), "each model")
     command = "structattn run grokking --grid gap --seed-batching"
     rows = []
     for preset in MODEL_WORDS:

@@ -7,17 +7,20 @@ import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.claims.rows import TASK_NAME, equivalence_row, read
+from structattn_lite.names import display_name
 
 # --- the authors' README length table, and the wider field ------------------------------
 
 
 def authors_length() -> list[dict]:
     from structattn_lite.studies.length.authors import AUTHORS_TASK
+    from structattn_lite.studies.length.grids import GRIDS
     from structattn_lite.studies.length.report import AUTHORS
 
     curves = read("length_authors.csv.gz")
     rows = []
     for task, name in AUTHORS_TASK.items():
+        (model,) = GRIDS["authors"]["models"][task]  # the revision behind their row
         published = AUTHORS[name]["CSP-Vanilla"]
         for length, number in zip((16, 32, 64), published, strict=True):
             at = curves[(curves["task"] == task) & (curves["length"] == length)] if (
@@ -25,8 +28,8 @@ def authors_length() -> list[dict]:
             rows.append(equivalence_row(
                 at["all_acc"].dropna(), 0, number, stats.ACCURACY_MARGIN, bounds=stats.UNIT,
                 id=f"authors/{name}/L{length}", study="CSP",
-                claim=f"CSP-Vanilla, {TASK_NAME[name]}, accuracy over all positions at "
-                      f"L = {length}: {number:.3f}",
+                claim=f"{display_name(model)}, {TASK_NAME[name]}, accuracy over all "
+                      f"positions at L = {length}: {number:.3f} (their README's CSP-Vanilla row)",
                 source="the authors' README (hilhert/CSP)",
                 protocol="the authors' code and protocol: their model and revision per task, "
                          "cross-entropy on every prefix, Adam 1e-4 with cosine, 300 epochs, "

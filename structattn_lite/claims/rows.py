@@ -9,6 +9,7 @@ import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.config import results_dir
+from structattn_lite.names import display_name
 
 COLUMNS = [
     "id", "study", "claim", "source", "published", "ours", "low", "high", "seeds",
@@ -19,7 +20,7 @@ TASK_NAME = {"parity": "parity", "mod3": "mod-3", "dyck1": "parentheses"}
 METRIC = {"parity": "test_seq_acc", "mod3": "test_seq_acc", "dyck1": "test_seq_f1"}
 METRIC_NAME = {"parity": "accuracy", "mod3": "accuracy", "dyck1": "F1"}
 PAPER_TEXT = (
-    "the text's model (d 64, 3 layers), 5,000/5,000/10,000 strings of length 16, 80/20 "
+    f"{display_name('paper')} (d 64, 3 layers), 5,000/5,000/10,000 strings of length 16, 80/20 "
     "i.i.d. split, focal loss, Adam 1e-3 with plateau halving, up to 300 epochs, early stop "
     "once validation held 100% for 10 epochs"
 )

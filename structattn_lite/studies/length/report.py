@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 
+from structattn_lite.names import display_name
 from structattn_lite.studies.length.experiment import TABLE_LENGTHS
 
 METRICS = {
@@ -51,7 +52,7 @@ COUNTERPART = {
     "lstm": "RNN",
     "gru": "RNN",
     "complex_rnn": "complex RNN",
-    "csp_authors": "CSP-Vanilla",
+    "csp_authors": "CSP-Vanilla",  # their README's CSP-Vanilla row
     "diag_rnn_neg": "Mamba-neg",
     "transformer": "Transformer",
 }
@@ -108,7 +109,7 @@ def length_table(
             )
         ref = COUNTERPART.get(model)
         published = AUTHORS.get(task, {}).get(ref) if ref else None
-        row["authors' model"] = ref if published else "-"
+        row["their README's row"] = ref if published else "-"
         for length, value in zip((16, 32, 64), published or (math.nan,) * 3, strict=True):
             row[f"authors L={length}"] = "-" if math.isnan(value) else f"{value:.3f}"
         rows.append(row)
@@ -247,7 +248,7 @@ def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
             ylim=(-0.02, 1.02),
             ylabel=METRICS[metric],
         )
-        ax.set_title(f"{model} on {task} ({protocol})", fontsize=9)
+        ax.set_title(f"{display_name(model)} on {task} ({protocol})", fontsize=9)
         ax.legend(fontsize=7)
         plt.show()
         table = length_table(curves, metric)

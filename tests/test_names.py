@@ -1,0 +1,103 @@
+"""One display name per model: the table in ``structattn_lite.names`` is the only place a
+model's name is written, and figures, the ledger and the dashboards read it from there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from structattn_lite import claims, names
+from structattn_lite.report import MODEL_STYLE, model_style
+
+ROOT = Path(__file__).resolve().parents[1]
+# Display names the package wrote before the table, and the authors' name for their model.
+OLD_NAMES = (
+    "CSP, the text",
+    "CSP, code switches",
+    "CSP, the authors'",
+    "the authors' CSP (",
+    "Mahalanobis, separate q/k",
+    "m=2d, separate q/k",
+    "paper-era code (",
+)
+# The word may name their row (in prose, or as the key of their table), nothing else.
+THEIR_ROW = r"their (README's )?CSP-Vanilla|CSP-Vanilla( parity)? row|\"CSP-Vanilla\"[:\])]"
+
+
+def test_every_code_key_of_the_agreed_table_has_its_display_name():
+    assert names.display_name("csp_paper") == names.display_name("paper") == "CSP (paper text)"
+    for key in ("csp_authors", "authors_3bb9f71", "upstream"):
+        assert names.display_name(key) == "CSP (authors' code, 3bb9f71)"
+    for key in ("csp_authors_7d6c56a", "authors_7d6c56a"):
+        assert names.display_name(key) == "CSP (authors' code, 7d6c56a)"
+    assert names.display_name("authors_befce39") == "CSP (authors' code, befce39)"
+    assert names.display_name("code_switches") == "CSP (paper text, code's switches)"
+    assert names.display_name("matroidal m=1d") == "matroidal m=d"
+    assert names.display_name("dense (sep q/k)") == "dense Mahalanobis (separate q/k)"
+    assert names.display_name("diag_rnn_neg") == "diagonal RNN [-1, 1]"
+
+
+def test_an_unknown_key_is_an_error_naming_the_table():
+    with pytest.raises(ValueError, match=r"key='csp_vanilla' .* names\.DISPLAY_NAMES"):
+        names.display_name("csp_vanilla")
+
+
+def test_names_is_the_bottom_layer():
+    source = (ROOT / "structattn_lite" / "names.py").read_text()
+    assert not re.search(r"^\s*(from|import) structattn_lite", source, re.M)
+
+
+def test_every_figure_style_takes_its_name_from_the_table():
+    for key, style in MODEL_STYLE.items():
+        assert style["name"] == names.display_name(key), key
+    assert model_style("upstream")["name"] == "CSP (authors' code, 3bb9f71)"
+
+
+def test_no_display_name_is_written_outside_the_table():
+    package = [p for p in (ROOT / "structattn_lite").rglob("*.py") if p.name != "names.py"]
+    dashboards = sorted((ROOT / "dashboards").glob("*.ipynb"))
+    for path in [*package, *dashboards]:
+        text = path.read_text()
+        for old in OLD_NAMES:
+            assert old not in text, f"{path.relative_to(ROOT)} writes {old!r}: use names.py"
+        # "CSP-Vanilla" is the authors' README's name for its row, never ours
+        for line in text.splitlines():
+            if "CSP-Vanilla" in line and not re.search(THEIR_ROW, line):
+                pytest.fail(f"{path.relative_to(ROOT)} calls a model CSP-Vanilla: {line.strip()}")
+
+
+def test_the_ledger_names_models_as_the_table_does():
+    ledger = claims.ledger().set_index("id")
+    text = names.display_name("paper")
+    assert ledger.loc["gap/paper/parity", "claim"].startswith(
+        f"grokking gap (90% to 100% test accuracy), parity, {text}:"
+    )
+    assert (
+        f", {names.display_name('authors_3bb9f71')}"
+        in ledger.loc["spike/authors_3bb9f71/mod3", "claim"]
+    )
+    # each row of the authors' table names the revision behind it
+    assert ledger.loc["authors/parity/L16", "claim"].startswith(names.authors("3bb9f71"))
+    assert ledger.loc["authors/mod3/L32", "claim"].startswith(names.authors("7d6c56a"))
+    assert ledger.loc["authors/dyck1/L64", "claim"].endswith("(their README's CSP-Vanilla row)")
+    assert ledger.loc["attention/not_worse/sep", "claim"].startswith(
+        "matroidal m=2d (separate q/k): validation bpc equal to or better than "
+        "dense Mahalanobis (separate q/k)"
+    )
+    assert "over dot product" in ledger.loc["attention/low_data/dot", "claim"]
+
+
+def test_a_model_dropdown_shows_display_names_and_passes_code_keys():
+    from structattn_lite.report import browser
+
+    shown = []
+    app = browser({"grid": ["csp_paper", "lstm"]}, lambda data: {"model": data, "task": ["parity"]},
+                  lambda data, model, task: shown.append(model))  # fmt: skip
+    model = app.children[0].children[1]
+    assert list(model.options) == [("CSP (paper text)", "csp_paper"), ("LSTM", "lstm")]
+    model.value = "lstm"
+    assert shown == ["csp_paper", "lstm"]
+    task = app.children[0].children[2]
+    assert list(task.options) == ["parity"]  # not a model: shown as it is
