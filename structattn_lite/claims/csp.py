@@ -33,6 +33,7 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
         diverged = runs["status"] == "diverged"  # its last evaluation is no trained model's
         values = runs.loc[~diverged, METRIC[task]].dropna()
         diverged = int(diverged.sum())
+        number = "(no published number)" if math.isnan(published) else f"{published:.2f}"
         rows.append(
             equivalence_row(
                 values,
@@ -41,7 +42,7 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
                 stats.ACCURACY_MARGIN,
                 id=ident,
                 study="CSP",
-                claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {published:.2f}",
+                claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {number}",
                 source=f"CSP paper, Table {table}",
                 protocol=PAPER_TEXT,
                 grid=grid,
