@@ -29,7 +29,9 @@ from structattn_lite.training.trainer import Callback
 ONE_COLUMN = 3.4  # inches
 TWO_COLUMN = 7.0  # inches
 PAGE_HEIGHT = 9.0  # inches of text on a page: no figure is taller
-PALETTE = sns.color_palette("colorblind")
+# Grey is the "undecided" verdict's colour (VERDICT_COLOR): no line of the default cycle
+# (a seed, a support) and no model takes it, so the palette's grey is left out.
+PALETTE = [c for c in sns.color_palette("colorblind") if len(set(c)) > 1]
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 STYLE = {
@@ -67,11 +69,25 @@ def figure_size(columns: int = 2, height: float | None = None) -> tuple[float, f
 
 use_style()
 
+# One colour per model or variant, the same in every figure, no two alike and none grey
+# (grey is "undecided"). The first nine are seaborn's colour-blind-safe palette; the rest
+# (Paul Tol's and Okabe-Ito-like hues) replace the palette's repeats past its tenth colour,
+# which gave the diagonal RNN [0, 1] and the authors' 7d6c56a the same pink and two
+# models the verdict's grey.
+MODEL_COLOR = {
+    "csp_paper": "#0173b2", "csp_code_switches": "#de8f05", "csp_authors": "#029e73",
+    "lstm": "#d55e00", "gru": "#cc78bc", "transformer": "#ca9161", "diag_rnn": "#fbafe4",
+    "diag_rnn_neg": "#882255", "complex_rnn": "#ece133", "dot": "#56b4e9", "dense": "#004949",
+    "matroidal m=2d": "#b66dff", "dense (sep q/k)": "#66a61e", "matroidal m=1d": "#ee3377",
+    "matroidal m=4d": "#920000", "matroidal m=2d (sep q/k)": "#999933",
+    "csp_authors_7d6c56a": "#332288", "authors_befce39": "#6b3e26",
+}  # fmt: skip
+
 # One display name, colour, dash and marker per model or variant, in every figure (issue:
 # colours by list position changed between figures). Entries are only ever appended: a
-# colour is fixed by the entry's place in this list, so it never moves.
+# dash and marker are fixed by the entry's place in this list, so they never move.
 MODEL_STYLE = {
-    name: {"name": display, "color": PALETTE[i % len(PALETTE)],
+    name: {"name": display, "color": MODEL_COLOR[name],
            "marker": MARKERS[i % len(MARKERS)], "ls": LINESTYLES[i % len(LINESTYLES)]}
     for i, (name, display) in enumerate({
         "csp_paper": "CSP, the text", "csp_code_switches": "CSP, code switches",
