@@ -131,10 +131,13 @@ def save_figure(
     corpus: str | None = None,
     out: Path | None = None,
     pdf: bool = True,
+    from_runs: bool = True,
 ) -> list[Path]:
     """Write ``<notebook>_<name>.png`` and ``.pdf`` into ``out``, else the folder of
     ``profile`` (``config.figures_dir``); returns the paths. A smoke-profile figure, or one
-    drawn from a stand-in corpus (anything but ``"ptb"``), says so in its title."""
+    drawn from a stand-in corpus (anything but ``"ptb"``), says so in its title; a figure
+    that depends on no run, profile or corpus (``from_runs=False``: the theory notebook's)
+    is never stamped, whatever profile names its folder."""
     stand_in = corpus not in (None, "ptb")
     if out is None:
         if profile is None:
@@ -145,7 +148,7 @@ def save_figure(
         if profile == COMMITTED and stand_in:
             raise ValueError(f"a committed figure is drawn from data/results, not {corpus!r}")
         out = figures_dir(profile)
-    if profile == "smoke" or stand_in:
+    if from_runs and (profile == "smoke" or stand_in):
         fig.suptitle(
             f"[scratch: profile {profile}, corpus {corpus or 'n/a'}]",
             fontsize=7,

@@ -324,3 +324,23 @@ def test_grokking_figure_shows_99_apart_from_100_with_its_levels_in_a_legend():
     (legend,) = fig.legends
     assert {t.get_text() for t in legend.get_texts()} >= {"90%", "99%", "100%"}
     assert all("seeds reach 100%" in ax.get_title() for ax in fig.axes[:3])
+
+
+def test_a_theory_figure_is_never_stamped_scratch(tmp_path):
+    """The HTML reports showed the theory figures with a red "[scratch: profile smoke,
+    corpus n/a]": they depend on no profile or corpus, so they are not stamped."""
+    import json
+
+    from matplotlib.figure import Figure
+
+    run, theory = Figure(), Figure()
+    report.save_figure(run, "03_csp", "curves", profile="smoke", out=tmp_path)
+    report.save_figure(theory, "01_theory", "spectra", profile="smoke", out=tmp_path,
+                       from_runs=False)  # fmt: skip
+    assert "[scratch: profile smoke" in run.get_suptitle()
+    assert theory.get_suptitle() == ""
+    notebook = Path(report.__file__).parents[1] / "notebooks" / "01_theory.ipynb"
+    code = "\n".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
+                     if c["cell_type"] == "code")  # fmt: skip
+    calls = re.findall(r"save_figure\((.*)\)", code)
+    assert calls and all("from_runs=False" in call for call in calls), calls
