@@ -356,8 +356,9 @@ def browser(
     ``choices(data)`` gives, for that data, each dropdown's name and its values;
     ``show(data, **picked)`` draws the view for the picked values. ``extra`` adds
     dropdowns that do not depend on the source (e.g. a metric), in the caller's order,
-    opening on the first. The others list their values sorted. Each dropdown is wide
-    enough for its labels.
+    opening on the first. The others list their values sorted, and one with a single
+    value is shown greyed out (disabled): a fact of the source, not a choice. Each dropdown
+    is wide enough for its labels.
     """
 
     def dropdown(name, values, keep_order=False):
@@ -382,6 +383,8 @@ def browser(
     )
     first = choices(sources[source.value])
     pickers = {name: dropdown(name, values) for name, values in first.items()}
+    for w in pickers.values():  # one value is a fact, not a choice: shown, greyed out
+        w.disabled = len(w.options) <= 1
     fixed = {
         name: dropdown(name, values, keep_order=True) for name, values in (extra or {}).items()
     }
@@ -401,6 +404,7 @@ def browser(
             keep = w.value if w.value in ordered else (ordered[0] if ordered else None)
             with w.hold_trait_notifications():
                 w.options, w.value = ordered, keep
+            w.disabled = len(ordered) <= 1
         redraw()
 
     source.observe(new_source, names="value")
