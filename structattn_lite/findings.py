@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from structattn_lite import claims, stats
+from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.config import figures_dir, repo_root
 from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
 
@@ -43,15 +44,6 @@ def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
     rows = [{"claims from": words, "claims": len(g), **claims.counts(g)}
             for words, g in {**groups, "all sources": table}.items() if len(g)]  # fmt: skip
     return pd.DataFrame(rows)
-
-
-DIVERGED = re.compile(r"(\d+) of (\d+) seeds diverged")  # stats.equivalence's reason
-
-
-def diverged_seeds(reason: str) -> tuple[int, int] | None:
-    """(k, n) when a row's reason says k of its n seeds diverged, else None."""
-    found = DIVERGED.search(str(reason))
-    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def ledger_figure(table: pd.DataFrame):

@@ -172,6 +172,7 @@ def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
 
 
 MODEL_WORDS = {"paper": "the text's model", "authors_3bb9f71": "the authors' CSP (3bb9f71)"}
+GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-by-epoch runs
 
 
 def grokking() -> list[dict]:
@@ -183,7 +184,7 @@ def grokking() -> list[dict]:
           **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
     )  # fmt: skip
     protocol = PAPER_TEXT.replace("the text's model", "each model")
-    command = "structattn run grokking --grid gap --seed-batching"
+    command = GAP_COMMAND
     rows = []
     for preset in MODEL_WORDS:
         for task, paper in PAPER_GROKKING_GAP.items():
