@@ -79,7 +79,7 @@ MODEL_COLOR = {
     "lstm": "#d55e00", "gru": "#cc78bc", "transformer": "#ca9161", "diag_rnn": "#fbafe4",
     "diag_rnn_neg": "#882255", "complex_rnn": "#ece133", "dot": "#56b4e9", "dense": "#004949",
     "matroidal m=2d": "#b66dff", "dense (sep q/k)": "#66a61e", "matroidal m=1d": "#ee3377",
-    "matroidal m=4d": "#920000", "matroidal m=2d (sep q/k)": "#999933",
+    "matroidal m=4d": "#920000", "matroidal m=2d (sep q/k)": "#005aff",
     "csp_authors_7d6c56a": "#332288", "authors_befce39": "#6b3e26",
 }  # fmt: skip
 
