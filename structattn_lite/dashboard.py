@@ -71,6 +71,18 @@ def controls_table(app, what: dict[str, str]):
     return Markdown("\n".join(rows))
 
 
+def caption(text: str):
+    """A caption as an HTML paragraph that wraps between words. Printed, it became a
+    stream output, which JupyterLab and Voila show with ``word-break: break-all``: lines
+    broke in the middle of a word."""
+    import html
+
+    from IPython.display import HTML
+
+    style = "word-break: normal; overflow-wrap: normal; white-space: normal; max-width: 60em"
+    return HTML(f'<p class="structattn-caption" style="{style}">{html.escape(text)}</p>')
+
+
 def _app_class():
     from tornado.web import RedirectHandler
     from voila.app import Voila

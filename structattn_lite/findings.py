@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from structattn_lite import claims, stats
+from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
 from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
@@ -159,29 +160,50 @@ def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
 
 def ledger_figure(table: pd.DataFrame):
     """Ours (mean and 95% interval over seeds) against the published number ± margin,
-    one line per claim with a published number, coloured by verdict."""
+    one line per claim with a published number, coloured by verdict. Every number here is
+    an accuracy or F1, so intervals and margins are drawn inside [0, 1]. A row whose seeds
+    diverged has no value of ours: its red x sits in a column of its own on the right,
+    "k of n", never on the value axis (where it would read as "ours = published")."""
     rows = table[table["published"].notna() & ~table["id"].str.startswith("gap/")]
     rows = rows.iloc[::-1]
-    fig, ax = plt.subplots(figsize=figure_size(2, height=0.13 * len(rows) + 0.8))
-    y = range(len(rows))
+    height = 0.13 * len(rows) + 0.8
+    fig, (ax, side) = plt.subplots(1, 2, sharey=True, figsize=figure_size(2, height=height),
+                                   gridspec_kw={"width_ratios": (6, 1), "wspace": 0.04})  # fmt: skip
+    y = list(range(len(rows)))
     margin = rows["rule"].str.extract(r"±([\d.]+)")[0].astype(float)
-    ax.barh(y, 2 * margin, left=rows["published"] - margin, height=0.6, color="#dddddd",
+    band_low = (rows["published"] - margin).clip(0, 1)
+    band_high = (rows["published"] + margin).clip(0, 1)
+    ax.barh(y, band_high - band_low, left=band_low, height=0.6, color="#dddddd",
             label="published ± margin")  # fmt: skip
+    ours = rows["ours"]
+    low, high = rows["low"].fillna(ours).clip(0, 1), rows["high"].fillna(ours).clip(0, 1)
     for verdict, color in VERDICT_COLOR.items():
-        pick = (rows["verdict"] == verdict).to_numpy()
+        pick = (rows["verdict"] == verdict).to_numpy() & ours.notna().to_numpy()
         yy = [i for i, p in zip(y, pick, strict=True) if p]
-        sub = rows[pick]
-        ax.errorbar(sub["ours"], yy, xerr=[sub["ours"] - sub["low"].fillna(sub["ours"]),
-                    sub["high"].fillna(sub["ours"]) - sub["ours"]], fmt="o", color=color,
-                    ms=3, lw=1, label=f"ours: {verdict}")  # fmt: skip
-    unrun = (rows["ours"].isna() & (rows["seeds"] > 0)).to_numpy()
-    ax.scatter(rows["published"][unrun], [i for i, u in zip(y, unrun, strict=True) if u],
-               marker="x", color="#b2182b", s=12, label="no finite run (diverged)")  # fmt: skip
-    ax.set_yticks(list(y), [_short(i) for i in rows["id"]], fontsize=5.5)
+        ax.errorbar(ours[pick], yy, xerr=[ours[pick] - low[pick], high[pick] - ours[pick]],
+                    fmt="o", color=color, ms=3, lw=1, label=f"ours: {verdict}")  # fmt: skip
+    diverged = [diverged_seeds(r) for r in rows["reason"]]
+    for yy, counts, value in zip(y, diverged, ours, strict=True):
+        if counts is None:
+            continue
+        k, n = counts
+        unrun = pd.isna(value)  # no finite seed at all: the x is the row's only mark
+        side.scatter([0.12], [yy], marker="x", color=VERDICT_COLOR[stats.NOT_REPRODUCED],
+                     s=12 if unrun else 6, alpha=1 if unrun else 0.5)  # fmt: skip
+        side.text(0.3, yy, f"{k} of {n}", va="center", fontsize=5.5)
+    side.set_xlim(0, 1)
+    side.set_xticks([])
+    side.set_title("seeds diverged", fontsize=6)
+    side.spines[["left", "bottom"]].set_visible(False)
+    side.tick_params(left=False)
+    ax.set_yticks(y, [_short(i) for i in rows["id"]], fontsize=5.5)
     ax.set_xlabel("accuracy or F1 (published beside ours)")
-    ax.set_xlim(-0.05, 1.08)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / (0.13 * len(rows) + 0.8)),
-              ncol=5, fontsize=6)  # fmt: skip
+    ax.set_xlim(-0.03, 1.03)
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(plt.Line2D([], [], marker="x", ls="", color=VERDICT_COLOR[stats.NOT_REPRODUCED]))
+    labels.append("diverged (non-finite loss): no value of ours, right column")
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.55, -0.6 / height),
+              ncol=3, fontsize=6)  # fmt: skip
     ax.set_title("Every claim with a published number: ours against it")
     return fig
 
@@ -242,29 +264,49 @@ def _short(ident: str) -> str:
     return ident.replace("authors_3bb9f71", "authors").replace("/", " · ")
 
 
+GAP_LEVELS = {0.9: ":", 0.99: "--", 1.0: "-"}  # the levels a gap is read between
+ZOOM = (0.95, 1.0)  # the lower panels: wide enough for 99% to stand clear of 100%
+
+
 def grokking_figure():
-    """The text's model at the paper's size: whole-string test accuracy per seed, with the
-    90%, 99% and 100% levels the gap is read between."""
+    """The text's model at the paper's size: whole-string test accuracy per seed, over its
+    whole range (top) and zoomed to the last 5% (bottom), where 99% and 100% are apart;
+    the 90%, 99% and 100% levels are named in the legend, and each task's title says how
+    many seeds ever reached 100%."""
+    from matplotlib.lines import Line2D
+
     from structattn_lite.studies.grokking.experiment import committed_records
 
     records = [r for r in committed_records("gap") if r.config["preset"] == "paper"]
     tasks = list(claims.TASK_NAME)
-    fig, axes = plt.subplots(1, 3, figsize=figure_size(2, height=2.2), sharey=True)
+    fig, axes = plt.subplots(2, 3, figsize=figure_size(2, height=3.6), sharex="col",
+                             gridspec_kw={"height_ratios": (3, 2)})  # fmt: skip
     style = MODEL_STYLE["csp_paper"]
-    for ax, task in zip(axes, tasks, strict=True):
-        for r in (r for r in records if r.config["task"] == task):
+    for (top, zoom), task in zip(axes.T, tasks, strict=True):
+        runs = [r for r in records if r.config["task"] == task and len(r.history)]
+        for r in runs:
             h = r.history
-            ax.plot(h["epoch"], h[claims.GAP_METRIC], color=style["color"], lw=0.8, alpha=0.8)
-        for level, ls, va in ((0.9, ":", "bottom"), (0.99, "--", "top"), (1.0, "-", "bottom")):
-            ax.axhline(level, color="#555555", ls=ls, lw=0.6)
-            ax.text(0.02, level, f"{level:.0%}", transform=ax.get_yaxis_transform(),
-                    fontsize=6, va=va, ha="left", color="#555555")  # fmt: skip
-        ax.set_title(claims.TASK_NAME[task])
-        ax.set_xlabel("epoch")
-        ax.set_ylim(0.4, 1.02)
-    axes[0].set_ylabel("whole-string test accuracy")
+            for ax in (top, zoom):
+                ax.plot(h["epoch"], h[claims.GAP_METRIC], color=style["color"], lw=0.8,
+                        alpha=0.8)  # fmt: skip
+        for ax in (top, zoom):
+            for level, ls in GAP_LEVELS.items():
+                ax.axhline(level, color="#555555", ls=ls, lw=0.6)
+        reached = sum(bool((r.history[claims.GAP_METRIC] >= 1.0).any()) for r in runs)
+        top.set_title(f"{claims.TASK_NAME[task]}: {reached} of {len(runs)} seeds reach 100%")
+        top.set_ylim(0.4, 1.02)
+        zoom.set_ylim(ZOOM[0], ZOOM[1] + 0.002)
+        zoom.set_xlabel("epoch")
+    axes[0, 0].set_ylabel("whole-string\ntest accuracy")
+    axes[1, 0].set_ylabel(f"zoomed to\n{ZOOM[0]:.0%}–{ZOOM[1]:.0%}")
+    for ax in axes[:, 1:].ravel():
+        ax.tick_params(labelleft=False)
+    handles = [Line2D([], [], color=style["color"], lw=0.8, label="one seed")]
+    handles += [Line2D([], [], color="#555555", ls=ls, lw=0.6, label=f"{level:.0%}")
+                for level, ls in GAP_LEVELS.items()]  # fmt: skip
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=6)
     fig.suptitle(f"{style['name']} at the paper's size, one line per seed (grid 'gap')")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 

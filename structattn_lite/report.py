@@ -29,7 +29,9 @@ from structattn_lite.names import DISPLAY_NAMES, display_name
 ONE_COLUMN = 3.4  # inches
 TWO_COLUMN = 7.0  # inches
 PAGE_HEIGHT = 9.0  # inches of text on a page: no figure is taller
-PALETTE = sns.color_palette("colorblind")
+# Grey is the "undecided" verdict's colour (VERDICT_COLOR): no line of the default cycle
+# (a seed, a support) and no model takes it, so the palette's grey is left out.
+PALETTE = [c for c in sns.color_palette("colorblind") if len(set(c)) > 1]
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 STYLE = {
@@ -67,19 +69,27 @@ def figure_size(columns: int = 2, height: float | None = None) -> tuple[float, f
 
 use_style()
 
-# One colour, dash and marker per model or variant, in every figure (issue: colours by list
-# position changed between figures), and its display name from ``names.DISPLAY_NAMES``.
-# Keys are only ever appended: a colour is fixed by the key's place in this list, so it
-# never moves.
-STYLED_MODELS = (
-    "csp_paper", "csp_code_switches", "csp_authors", "lstm", "gru", "transformer",
-    "diag_rnn", "diag_rnn_neg", "complex_rnn", "dot", "dense", "matroidal m=2d",
-    # appended: every variant of the attention records, the other CSP models
-    "dense (sep q/k)", "matroidal m=1d", "matroidal m=4d", "matroidal m=2d (sep q/k)",
-    "csp_authors_7d6c56a", "authors_befce39",
-)  # fmt: skip
+# One colour per model or variant, the same in every figure, no two alike and none grey
+# (grey is "undecided"). The first nine are seaborn's colour-blind-safe palette; the rest
+# (Paul Tol's and Okabe-Ito-like hues) replace the palette's repeats past its tenth colour,
+# which gave the diagonal RNN [0, 1] and the authors' 7d6c56a the same pink and two
+# models the verdict's grey.
+MODEL_COLOR = {
+    "csp_paper": "#0173b2", "csp_code_switches": "#de8f05", "csp_authors": "#029e73",
+    "lstm": "#d55e00", "gru": "#cc78bc", "transformer": "#ca9161", "diag_rnn": "#fbafe4",
+    "diag_rnn_neg": "#882255", "complex_rnn": "#ece133", "dot": "#56b4e9", "dense": "#004949",
+    "matroidal m=2d": "#b66dff", "dense (sep q/k)": "#66a61e", "matroidal m=1d": "#ee3377",
+    "matroidal m=4d": "#920000", "matroidal m=2d (sep q/k)": "#005aff",
+    "csp_authors_7d6c56a": "#332288", "authors_befce39": "#6b3e26",
+}  # fmt: skip
+
+# One display name (``names.DISPLAY_NAMES``), colour, dash and marker per model or variant,
+# in every figure (issue: colours by list position changed between figures). Keys are only
+# ever appended: a dash and marker are fixed by the key's place in this list, so they never
+# move.
+STYLED_MODELS = tuple(MODEL_COLOR)
 MODEL_STYLE = {
-    name: {"name": display_name(name), "color": PALETTE[i % len(PALETTE)],
+    name: {"name": display_name(name), "color": MODEL_COLOR[name],
            "marker": MARKERS[i % len(MARKERS)], "ls": LINESTYLES[i % len(LINESTYLES)]}
     for i, name in enumerate(STYLED_MODELS)
 }  # fmt: skip
@@ -112,10 +122,13 @@ def save_figure(
     corpus: str | None = None,
     out: Path | None = None,
     pdf: bool = True,
+    from_runs: bool = True,
 ) -> list[Path]:
     """Write ``<notebook>_<name>.png`` and ``.pdf`` into ``out``, else the folder of
     ``profile`` (``config.figures_dir``); returns the paths. A smoke-profile figure, or one
-    drawn from a stand-in corpus (anything but ``"ptb"``), says so in its title."""
+    drawn from a stand-in corpus (anything but ``"ptb"``), says so in its title; a figure
+    that depends on no run, profile or corpus (``from_runs=False``: the theory notebook's)
+    is never stamped, whatever profile names its folder."""
     stand_in = corpus not in (None, "ptb")
     if out is None:
         if profile is None:
@@ -126,7 +139,7 @@ def save_figure(
         if profile == COMMITTED and stand_in:
             raise ValueError(f"a committed figure is drawn from data/results, not {corpus!r}")
         out = figures_dir(profile)
-    if profile == "smoke" or stand_in:
+    if from_runs and (profile == "smoke" or stand_in):
         fig.suptitle(
             f"[scratch: profile {profile}, corpus {corpus or 'n/a'}]",
             fontsize=7,
@@ -339,7 +352,9 @@ def browser(
     dropdowns that do not depend on the source (e.g. a metric), in the caller's order,
     opening on the first. The others list their values sorted. A dropdown of models
     (``NAMED_CONTROLS``) shows each model's display name (``names.DISPLAY_NAMES``) and
-    passes its code key to ``show``. Each dropdown is wide enough for its labels.
+    passes its code key to ``show``. One with a single value is shown greyed out
+    (disabled): a fact of the source, not a choice. Each dropdown is wide enough for its
+    labels.
     """
 
     def labelled(name, values):
@@ -372,6 +387,8 @@ def browser(
     )
     first = choices(sources[source.value])
     pickers = {name: dropdown(name, values) for name, values in first.items()}
+    for w in pickers.values():  # one value is a fact, not a choice: shown, greyed out
+        w.disabled = len(w.options) <= 1
     fixed = {
         name: dropdown(name, values, keep_order=True) for name, values in (extra or {}).items()
     }
@@ -391,6 +408,7 @@ def browser(
             keep = w.value if w.value in ordered else (ordered[0] if ordered else None)
             with w.hold_trait_notifications():
                 w.options, w.value = labelled(name, ordered), keep
+            w.disabled = len(ordered) <= 1
         redraw()
 
     source.observe(new_source, names="value")

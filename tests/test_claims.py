@@ -70,6 +70,44 @@ def test_claims_browser_follows_its_controls():
     assert len(fig.axes[1].lines) >= 5  # the five seeds' curves, then the levels
 
 
+def _row(ident):
+    row = claims.ledger(values=True).set_index("id").loc[ident].copy()
+    row["id"] = ident
+    return row
+
+
+def test_claims_browser_says_a_diverged_row_has_no_model_instead_of_empty_axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from structattn_lite.claims.browser import claim_figure
+
+    row = _row("table4/with/base/parity")
+    assert pd.isna(row["ours"]) and row["reason"].startswith("5 of 5 seeds diverged")
+    fig = claim_figure(row)
+    assert all(not ax.axison for ax in fig.axes), "empty axes for a row with no value"
+    words = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert words == ["5 of 5 seeds diverged (non-finite loss): no trained model to plot"]
+
+
+def test_claims_browser_names_the_grid_its_curves_come_from():
+    """Table 3's focal rows showed the gap grid's curves beside a command for paper_text."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from structattn_lite.claims.browser import claim_figure, describe
+    from structattn_lite.claims.csp import GAP_COMMAND
+
+    row = _row("table3/focal/parity")
+    text = describe(row)
+    assert "--grid paper_text" in row["command"] and f"`{GAP_COMMAND}`" in text
+    assert "--grid gap" in GAP_COMMAND
+    assert "grid 'gap'" in claim_figure(row).axes[1].get_title()
+    gap = _row("gap/paper/parity")  # its numbers and curves come from one grid: one command
+    assert describe(gap).count("--grid gap") == 1
+    assert "curves (right)" not in describe(_row("table4/with/base/parity"))  # no curves
+
+
 def _rate_runs(tune_steps, tune_seeds, final_steps=1000):
     tuning = [{"dataset": "ptb", "tuning": True, "max_steps": tune_steps, "variant": v,
                "lr": lr, "seed": s} for v in ("dot", "dense") for lr in (0.01, 0.02)

@@ -112,3 +112,21 @@ def test_every_model_in_the_records_has_one_style():
         assert {"name", "color", "marker", "ls"} <= set(style), name
     assert report.model_style("paper") is report.model_style("csp_paper")
     assert report.model_style("authors_3bb9f71") is report.model_style("csp_authors")
+
+
+def test_no_two_models_share_a_colour_and_none_is_grey():
+    """The diagonal RNN [0, 1] and the authors' 7d6c56a were both pink, and two models
+    the verdicts' "undecided" grey: each model now has a colour of its own, never grey,
+    and the default cycle (seeds, supports) holds no grey either."""
+    from matplotlib.colors import rgb_to_hsv, to_hex, to_rgb
+
+    models = {}  # a preset shares its model's entry: one colour, counted once
+    for name, style in report.MODEL_STYLE.items():
+        models.setdefault(id(style), (name, to_hex(style["color"])))
+    owner: dict[str, str] = {}
+    for name, colour in models.values():
+        assert colour not in owner, f"{name} and {owner[colour]} share the colour {colour}"
+        owner[colour] = name
+        assert rgb_to_hsv(to_rgb(colour))[1] >= 0.25, f"{name}: {colour} is a grey"
+    assert to_hex(report.VERDICT_COLOR["undecided"]) not in owner
+    assert all(rgb_to_hsv(c)[1] >= 0.25 for c in report.PALETTE), "a grey in the cycle"

@@ -93,6 +93,43 @@ def test_single_source_is_a_label_not_a_dropdown():
     assert isinstance(shown({"profile quick": [1], "committed grid": [2]}), W.Dropdown)
 
 
+def test_a_control_with_one_option_is_greyed_out():
+    """Dashboard 3's protocol dropdown offered one option as if it were a choice."""
+    from structattn_lite.report import browser
+
+    sources = {"committed grid": ["fixed"], "profile runs": ["fixed", "variable"]}
+    app = browser(sources, lambda data: {"protocol": data}, lambda data, protocol: None)
+    source, protocol = app.children[0].children
+    assert protocol.disabled and list(protocol.options) == ["fixed"]
+    source.value = "profile runs"
+    assert not protocol.disabled and list(protocol.options) == ["fixed", "variable"]
+    source.value = "committed grid"
+    assert protocol.disabled
+
+
+def test_length_dashboard_greys_out_its_one_protocol_and_wraps_its_caption_by_words():
+    """Printed, the caption was a stream output that the browser breaks mid-word."""
+    from structattn_lite.dashboard import caption
+
+    notebook = FOLDER / "3_length_generalization.ipynb"
+    app, _ = _run(notebook)
+    pickers = {w.description: w for w in _widgets(app) if getattr(w, "description", "")}
+    assert pickers["protocol"].disabled == (len(pickers["protocol"].options) == 1)
+    assert not pickers["model"].disabled
+    code = "\n".join(c.source for c in nbformat.read(notebook, 4).cells if c.cell_type == "code")
+    assert "display(caption(length_caption(curves)))" in code and "print(" not in code
+    shown = caption("grid 'committed': 135 runs <5 seeds> & more").data
+    assert "word-break: normal" in shown and "&lt;5 seeds&gt; &amp; more" in shown
+
+
+def _widgets(app):
+    todo = [app]
+    while todo:
+        w = todo.pop(0)
+        todo[:0] = list(getattr(w, "children", ()))
+        yield w
+
+
 def test_landing_page_links_every_dashboard_by_its_title():
     (cell,) = nbformat.read(FOLDER / LANDING, as_version=4).cells
     links = dict(

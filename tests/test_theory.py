@@ -285,3 +285,37 @@ def test_explorer_runs_headless() -> None:
     rule.value = "path"
     assert (m.min, m.max) == (1, 7) and "totally unimodular" in box.children[2].value
     assert picture.value[:4] == b"\x89PNG" and picture.value != before  # redrawn
+
+
+def test_explorer_offers_a_support_that_fails_total_unimodularity() -> None:
+    """Every rule the explorer offered gave an oriented incidence matrix, always TU: its
+    unoriented ring fails on an odd cycle (|det| = 2), and the page shows the minor."""
+    from structattn_lite.theory.explorer import (
+        EXPLORER_RULES,
+        UNORIENTED_RING,
+        explore_support,
+        explorer_support,
+        support_explorer,
+    )
+
+    _, A = explorer_support(UNORIENTED_RING, 7, 7)
+    assert not th.is_totally_unimodular(A)
+    violation = th.tu_violation(A)
+    assert violation is not None and abs(violation.det) > 1
+    assert frac_det(A[np.ix_(violation.rows, violation.cols)]) == violation.det
+    assert not th.ghouila_houri(A)  # the independent check agrees
+    _, even = explorer_support(UNORIENTED_RING, 8, 8)  # an even cycle is bipartite: TU
+    assert th.is_totally_unimodular(even) and th.ghouila_houri(even)
+    fig, cert = explore_support(UNORIENTED_RING, 5, 5)
+    assert not cert.is_tu and f"det = {cert.violation.det}" in fig.axes[1].get_title()
+    app = support_explorer()
+    rule, n, _ = app.children[0].children
+    assert tuple(rule.options) == EXPLORER_RULES and UNORIENTED_RING in rule.options
+    n.value = 7
+    rule.value = UNORIENTED_RING
+    assert "NOT totally unimodular" in app.children[2].value
+    assert "det = 2" in app.children[2].value  # the violating minor, printed
+    n.value = 8
+    assert "NOT" not in app.children[2].value
+    with pytest.raises(ValueError, match="rule='star' is not allowed"):
+        explorer_support("star", 5, 3)

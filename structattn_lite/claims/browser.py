@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.report import VERDICT_COLOR, figure_size
 
 GROUPS = {
@@ -35,7 +36,33 @@ def describe(row: pd.Series) -> str:
         f"- rule: {row['rule']}",
         f"- protocol: {row['protocol']} (grid `{row['grid']}`)",
         f"- reproduce: `{row['command']}`; notebook {row['notebook']}",
+        *_curves_line(row),
     ])  # fmt: skip
+
+
+CURVES_GRID = "gap"  # the grid whose records keep every epoch, the curves' source
+
+
+def curve_source(ident: str) -> tuple[str, str] | None:
+    """(preset, task) of the gap grid's runs a claim's curves show, or None: the grokking
+    claims' own runs, and the text's full model for Table 3's focal rows and Table 4's
+    rotated +Norm rows (their numbers come from their own grids, not from these runs)."""
+    kind, *rest = ident.split("/")
+    if kind in ("gap", "spike"):
+        return rest[0], rest[1]
+    if kind == "table3" and rest[0] == "focal" or ident.startswith("table4/with/+norm/"):
+        return "paper", rest[-1]
+    return None
+
+
+def _curves_line(row: pd.Series) -> list[str]:
+    """Where the curves come from, when that is not the grid of the row's numbers."""
+    from structattn_lite.claims.csp import GAP_COMMAND
+
+    if curve_source(row["id"]) is None or row["grid"] == CURVES_GRID:
+        return []
+    return [f"- the curves (right) are separate runs of the same model and protocol, from "
+            f"grid `{CURVES_GRID}`; reproduce them: `{GAP_COMMAND}`"]  # fmt: skip
 
 
 def _curves(ax, ident: str) -> bool:
@@ -43,26 +70,36 @@ def _curves(ax, ident: str) -> bool:
     from structattn_lite.studies.grokking.experiment import committed_records
     from structattn_lite.studies.grokking.report import GAP_METRIC
 
-    kind, *rest = ident.split("/")
-    if kind in ("gap", "spike"):
-        preset, task = rest
-    elif kind == "table3" and rest[0] == "focal" or ident.startswith("table4/with/+norm/"):
-        preset, task = "paper", rest[-1]
-    else:
+    source = curve_source(ident)
+    if source is None:
         return False
-    for r in committed_records("gap"):
+    preset, task = source
+    for r in committed_records(CURVES_GRID):
         if r.config["preset"] == preset and r.config["task"] == task and len(r.history):
             ax.plot(r.history["epoch"], r.history[GAP_METRIC], lw=0.8, label=f"seed {r.seed}")
     for level, ls in ((0.9, ":"), (0.99, "--"), (1.0, "-")):
         ax.axhline(level, color="#555555", ls=ls, lw=0.6)
-    ax.set(xlabel="epoch", ylabel="whole-string test accuracy", title="the runs (grid 'gap')")
+    ax.set(xlabel="epoch", ylabel="whole-string test accuracy",
+           title=f"the runs (grid '{CURVES_GRID}')")  # fmt: skip
     ax.legend(fontsize=6, loc="lower right")
     return True
 
 
 def claim_figure(row: pd.Series):
     """Per-seed values (one column per side of a comparison), the published number and our
-    interval; beside it, the runs' curves where the records keep them."""
+    interval; beside it, the runs' curves where the records keep them. A row whose seeds
+    all diverged has no value to plot: the figure says so instead of showing empty axes."""
+    finite = [v for values in row["values"].values() for v in values
+              if v is not None and np.isfinite(v)]  # fmt: skip
+    diverged = diverged_seeds(row["reason"])
+    if diverged and not finite:
+        fig, ax = plt.subplots(figsize=figure_size(2, height=1.0))
+        ax.axis("off")
+        k, n = diverged
+        ax.text(0.5, 0.5, f"{k} of {n} seeds diverged (non-finite loss): no trained model to "
+                "plot", ha="center", va="center", fontsize=9,
+                color=VERDICT_COLOR.get(row["verdict"], "#555555"))  # fmt: skip
+        return fig
     fig, axes = plt.subplots(1, 2, figsize=figure_size(2, height=2.4))
     ax = axes[0]
     color = VERDICT_COLOR.get(row["verdict"], "#878787")

@@ -38,6 +38,7 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
         diverged = runs["status"] == "diverged"  # its last evaluation is no trained model's
         values = runs.loc[~diverged, METRIC[task]].dropna()
         diverged = int(diverged.sum())
+        number = "(no published number)" if math.isnan(published) else f"{published:.2f}"
         rows.append(
             equivalence_row(
                 values,
@@ -47,7 +48,7 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
                 bounds=stats.UNIT,  # accuracy or F1
                 id=ident,
                 study="CSP",
-                claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {published:.2f}",
+                claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {number}",
                 source=f"CSP paper, Table {table}",
                 protocol=PAPER_TEXT,
                 grid=grid,
@@ -118,6 +119,7 @@ def table4() -> list[dict]:
 
 # The grokking rows' models, by preset, in the words of ``names.DISPLAY_NAMES``.
 MODEL_WORDS = {preset: display_name(preset) for preset in ("paper", "authors_3bb9f71")}
+GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-by-epoch runs
 
 
 def grokking() -> list[dict]:
@@ -132,7 +134,7 @@ def grokking() -> list[dict]:
           **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
     )  # fmt: skip
     protocol = PAPER_TEXT.replace(display_name("paper"), "each model")
-    command = "structattn run grokking --grid gap --seed-batching"
+    command = GAP_COMMAND
     rows = []
     for preset in MODEL_WORDS:
         for task, paper in PAPER_GROKKING_GAP.items():

@@ -4,6 +4,7 @@ and the two ways a row is made."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -51,3 +52,12 @@ def equivalence_row(values: pd.Series, diverged: int, published: float, margin: 
     return row(values.tolist(), published=published, ours=mean, low=low, high=high,
                seeds=n + diverged, verdict=verdict, reason=reason, rule=rule,
                **fields)  # fmt: skip
+
+
+_DIVERGED = re.compile(r"(\d+) of (\d+) seeds diverged")  # as stats.equivalence writes it
+
+
+def diverged_seeds(reason: str) -> tuple[int, int] | None:
+    """(k, n) when a row's reason says k of its n seeds diverged, else None."""
+    found = _DIVERGED.search(str(reason))
+    return (int(found.group(1)), int(found.group(2))) if found else None

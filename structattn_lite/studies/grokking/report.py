@@ -12,7 +12,7 @@ from IPython.display import display
 from structattn_lite import stats
 from structattn_lite.models import CSP_PRESETS
 from structattn_lite.records import RunRecord
-from structattn_lite.report import browser, figure_size, model_style
+from structattn_lite.report import PALETTE, browser, figure_size, model_style
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, PAPER_SEEDS
 from structattn_lite.training.metrics import grokking_gap
 
@@ -148,7 +148,8 @@ def grokking_figure(records, task: str, title: str | None = None):
         layout="constrained",
     )
     seeds = sorted({r.seed for r in runs})
-    colors = {seed: f"C{k % 10}" for k, seed in enumerate(seeds)}  # a seed's colour, every panel
+    # a seed's colour, the same in every panel (the cycle holds no grey: grey is "undecided")
+    colors = {seed: PALETTE[k % len(PALETTE)] for k, seed in enumerate(seeds)}
     for col, preset in enumerate(presets):
         acc_ax, norm_ax = axes[0, col], axes[1, col]
         for r in (x for x in runs if (x.config["preset"] or x.config["model"]) == preset):
