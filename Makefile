@@ -24,8 +24,10 @@ study: $(VENV)/.installed
 
 # JupyterLab on the project's venv, with STRUCTATTN_DATA set as for `make study`, so a
 # notebook opened by hand reads the same data. --allow-root: machines here run as root.
+# lab-settings/overrides.json turns on saving widget state with the notebook (JupyterLab's
+# default is off), so a saved notebook reopens with its widgets, not "model not found".
 lab: $(VENV)/.installed
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --LabApp.app_settings_dir=$(CURDIR)/lab-settings $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 # The teaching app: the dashboards in dashboards/ served by Voila without code cells, from
 # the committed records only (works offline), on loopback only and with a token, as for

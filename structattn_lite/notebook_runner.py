@@ -163,6 +163,24 @@ def _has_controls(state: dict, model_id: str) -> bool:
     return False
 
 
+def missing_widget_models(nb) -> list[str]:
+    """The model ids of saved widget views whose state the notebook does not hold.
+
+    JupyterLab draws such a view as "Error displaying widget: model not found" once the
+    kernel is gone: a notebook saved by JupyterLab with its default ``saveState: false``
+    (``make lab`` turns it on, see ``lab-settings/overrides.json``), or one executed without
+    ``store_widget_state``. A view whose model id is empty was closed and is drawn as nothing."""
+    widgets = nb.metadata.get("widgets", {})
+    state = widgets.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    missing = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            model_id = out.get("data", {}).get(WIDGET_VIEW, {}).get("model_id")
+            if model_id and model_id not in state:
+                missing.append(model_id)
+    return missing
+
+
 def mark_snapshots(nb) -> int:
     """Put ``SNAPSHOT_NOTE`` above every saved widget view that has controls; returns how many."""
     from nbformat.v4 import new_output
@@ -195,6 +213,12 @@ def export_html(notebook: Path, out_dir: Path | None = None) -> Path:
     out_dir = Path(out_dir or notebook.parent)
     exporter = HTMLExporter(**offline_assets(out_dir))
     nb = nbformat.read(notebook, as_version=4)
+    missing = missing_widget_models(nb)
+    if missing:
+        raise RuntimeError(
+            f"{notebook.name} shows {len(missing)} widget(s) whose state it does not hold "
+            "(a reader would see 'model not found'): execute it with store_widget_state=True"
+        )
     mark_snapshots(nb)
     html, _ = exporter.from_notebook_node(nb)
     mathjax_script = f'<script src="{exporter.mathjax_url}">'

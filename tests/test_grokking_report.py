@@ -97,3 +97,57 @@ def test_jump_table_reads_each_seeds_first_epoch_at_the_level_against_the_author
     assert table["inside 130-190"].tolist() == [True, False, False]
     assert table["final"].tolist() == [0.95, 0.99, 0.5]
     assert report.jump_table([]).empty
+
+
+def hand_state(block, u):
+    """A code_switches block's recurrent state, step by step from its own weights."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    W_re, W_im = block.in_proj.re.weight, block.in_proj.im.weight
+    z = torch.complex(u.real @ W_re.T - u.imag @ W_im.T, u.imag @ W_re.T + u.real @ W_im.T)
+    h, angle, states = torch.zeros_like(z[:, 0]), 0.0, []
+    for t in range(z.shape[1]):
+        x = z[:, t].real
+        angle = angle + math.pi * torch.tanh(x @ block.angle.weight.T + block.angle.bias)
+        alpha = torch.exp(-F.softplus(x @ block.delta.weight.T + block.delta.bias))
+        gamma = (1 + torch.sin(x @ block.gamma.weight.T + block.gamma.bias)) / 2
+        h = alpha * h + gamma * torch.exp(1j * angle) * z[:, t]
+        states.append(h)
+    return torch.stack(states, 1)
+
+
+def test_phase_figure_plots_the_angles_of_the_models_state():
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import torch
+
+    from structattn_lite.models import build_model
+
+    torch.manual_seed(3)
+    model = build_model("csp", preset="code_switches", d_model=4, n_layers=2)
+    tokens = [1, 0, 1, 1, 0, 0, 1]
+    with torch.no_grad():
+        u = model.blocks[0](model.embed_complex(torch.tensor([tokens])))
+        expected = torch.angle(hand_state(model.blocks[1], u)[0]).numpy()
+    phases = report.state_phases(model, tokens, layer=1)
+    np.testing.assert_allclose(phases, expected, atol=1e-5)
+    fig = report.phase_figure(model, tokens, layer=1)
+    top, bottom = fig.axes
+    plotted = np.stack([line.get_ydata() for line in top.lines], 1)
+    np.testing.assert_allclose(plotted, expected / np.pi, atol=1e-5)
+    turns = np.concatenate([line.get_ydata() for line in bottom.lines if line.get_marker() == "o"])
+    wrapped = np.abs(np.angle(np.exp(1j * np.diff(expected, axis=0)))) / np.pi
+    np.testing.assert_allclose(np.sort(turns), np.sort(wrapped.ravel()), atol=1e-5)
+    plt.close(fig)
+
+
+def test_phase_figure_rejects_other_models_and_layers():
+    from structattn_lite.models import build_model
+
+    with pytest.raises(ValueError, match="layer must be in 0..0"):
+        report.state_phases(build_model("csp", preset="paper", d_model=4, n_layers=1), [1], 1)
+    with pytest.raises(ValueError, match="model must be a CSP"):
+        report.state_phases(build_model("csp", preset="authors_3bb9f71", d_model=4), [1])

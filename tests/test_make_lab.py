@@ -1,6 +1,8 @@
 """`make lab` starts JupyterLab on the project's venv with STRUCTATTN_DATA set as
-`make study` sets it, so a notebook opened by hand reads the same data."""
+`make study` sets it, so a notebook opened by hand reads the same data, and with widget
+state saved in the notebook, so it reopens without "model not found"."""
 
+import json
 import os
 import signal
 import socket
@@ -51,6 +53,13 @@ def test_make_lab_starts_jupyterlab_with_the_data_path(tmp_path):
         pids = [int(p) for p in lab.stdout.split() if int(p) != proc.pid]
         environ = [Path(f"/proc/{p}/environ").read_bytes().split(b"\0") for p in pids]
         assert any(f"STRUCTATTN_DATA={data}".encode() in e for e in environ)
+        # widget state is saved with the notebook, so a reopened notebook finds its models
+        plugin = "@jupyter-widgets/jupyterlab-manager:plugin"
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/lab/api/settings/{plugin}?token=t"
+        ) as r:
+            settings = json.load(r)
+        assert settings["schema"]["properties"]["saveState"]["default"] is True
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

@@ -108,3 +108,48 @@ def test_the_attention_figure_draws_every_bpc_comparison_of_the_ledger():
     other = r"attention/(smoother/.*|fewer_parameters|stable/(nonfinite|saturated)|digits)"
     bpc = {i for i in ledger["id"] if i.startswith("attention/") and not re.fullmatch(other, i)}
     assert drawn == bpc, sorted(bpc ^ drawn)
+
+
+NUMBERED = sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
+
+
+def numbered_items(text: str) -> list[str]:
+    return re.findall(r"(?m)^\d+\. ", text)
+
+
+def test_every_numbered_notebook_ends_with_three_questions_and_collapsed_answers():
+    assert len(NUMBERED) == 5, [p.name for p in NUMBERED]
+    for path in NUMBERED:
+        *_, questions, answers = json.loads(path.read_text())["cells"]
+        asked, answered = "".join(questions["source"]), "".join(answers["source"])
+        assert questions["cell_type"] == answers["cell_type"] == "markdown", path.name
+        assert asked.startswith("## Questions"), f"{path.name}: second-last cell is not Questions"
+        assert len(numbered_items(asked)) == 3, f"{path.name}: Questions need three exercises"
+        assert re.search(r"<details>\s*<summary>Answers</summary>", answered), (
+            f"{path.name}: the last cell must hold the answers in a collapsed <details> block"
+        )
+        assert answered.rstrip().endswith("</details>"), path.name
+        assert len(numbered_items(answered)) == 3, f"{path.name}: three answers, one a question"
+
+
+def test_notebook_03_writes_the_csp_block_down_and_checks_it_by_hand():
+    cells = json.loads((ROOT / "notebooks" / "03_csp_state_tracking.ipynb").read_text())["cells"]
+    prose = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    for equation in (
+        r"\theta_t = \pi \tanh",  # rotate
+        r"\tilde z_t = e^{i\theta_t} z_t",
+        r"h_t = \alpha_t\, h_{t-1} + \gamma_t\, \tilde z_t",  # recur
+        r"\alpha_t = \gamma_t = \operatorname{softplus}(\delta_t)",
+        r"\tilde h_t = \operatorname{SiLU}(h_t) + \sigma(g)\, z_t",  # skip
+        r"h^{(l)}_t = \tilde h_t / |\tilde h_t|",  # normalise
+        r"W_o\,[\cos\psi_t;\ \sin\psi_t]",  # phase decoder
+    ):
+        assert equation in prose, f"notebook 03 does not write {equation!r}"
+    for revision in ("befce39", "3bb9f71", "7d6c56a", "778a15c"):
+        assert revision in prose, f"notebook 03 does not say where {revision} departs"
+    assert any(
+        'build_model("csp", preset="paper"' in c and c.count("torch.testing.assert_close") >= 2
+        for c in code
+    ), "notebook 03 needs a cell that computes the block by hand and checks it with assert_close"
+    assert any("phase_figure(" in c and "save_figure(" in c for c in code)

@@ -72,3 +72,41 @@ def test_report_kernel_never_cuts_a_table_cell(tmp_path):
     html = out["data"]["text/html"]
     assert "inconclusive " * 9 in html and "<th>c29</th>" in html and "..." not in html
     assert "0.123<" in html and "0.1234" not in html
+
+
+def test_missing_widget_models_finds_views_saved_without_their_state():
+    nb = _widget_notebook()
+    assert nr.missing_widget_models(nb) == []
+    del nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]["bar"]
+    assert nr.missing_widget_models(nb) == ["bar"]
+    nb.metadata.pop("widgets")  # JupyterLab's default save: views, no state
+    assert nr.missing_widget_models(nb) == ["box", "bar"]
+
+
+@pytest.mark.slow
+def test_an_executed_notebook_holds_the_state_of_every_widget_it_shows(tmp_path):
+    """Notebook 03's two widgets (the live plot's Output and a run browser's controls), run
+    as `make study` runs a notebook: reopened, each view finds its model."""
+    import papermill as pm
+
+    code = (
+        "import ipywidgets as widgets\n"
+        "from IPython.display import display\n"
+        "from structattn_lite.report import LivePlot\n"
+        "live = LivePlot()\n"
+        "display(live.widget)\n"
+        "live.on_epoch_end(None, {'epoch': 1, 'train_loss': 1.0, 'test_acc': 0.5})\n"
+        "widgets.VBox([widgets.Dropdown(options=['a', 'b']), widgets.Output()])"
+    )
+    nb = new_notebook(cells=[new_code_cell(code)])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    pm.execute_notebook(tmp_path / "in.ipynb", tmp_path / "out.ipynb", progress_bar=False)
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    views = [o for o in out.cells[0].outputs if nr.WIDGET_VIEW in o.get("data", {})]
+    assert len(views) == 2
+    assert nr.missing_widget_models(out) == []

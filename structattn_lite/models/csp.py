@@ -129,7 +129,9 @@ class CSPBlock(nn.Module):
             return alpha, alpha
         return torch.exp(-F.softplus(self.delta(x))), (1 + torch.sin(self.gamma(x))) / 2
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
+    def recur(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate and recur: the projected input z_t and the state h_t of every step (h_t
+        before the boundary SiLU, the skip and the norm; after the step SiLU if there is one)."""
         cfg = self.cfg
         z = self.in_proj(u)
         drive = z
@@ -146,6 +148,11 @@ class CSPBlock(nn.Module):
             h = linear_recurrence_scan(alpha, drive)
         else:
             h = linear_recurrence_loop(alpha, drive, step_silu=cfg.silu == "step")
+        return z, h
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        z, h = self.recur(u)
         if cfg.silu == "boundary":
             h = complex_silu(h)
         if self.skip_gate is not None:
@@ -169,9 +176,13 @@ class CSP(nn.Module):
         self.blocks = nn.ModuleList(CSPBlock(cfg) for _ in range(cfg.n_layers))
         self.decoder = nn.Linear(2 * cfg.d_model, cfg.n_classes)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def embed_complex(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The first block's input: each token's embedding read as d complex numbers."""
         e = self.embed(tokens)
-        h = torch.complex(e[..., : self.cfg.d_model], e[..., self.cfg.d_model :])
+        return torch.complex(e[..., : self.cfg.d_model], e[..., self.cfg.d_model :])
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed_complex(tokens)
         for block in self.blocks:
             h = block(h)
         phase = h / (h.abs() + 1e-6)  # the decoder reads the phase of each component

@@ -156,3 +156,42 @@ def export(records: list[RunRecord], grid: str = "gap") -> list[Path]:
     if grid in GROWN_ACROSS_SESSIONS:
         keep = [config_hash(EXPERIMENT, c) for c in grid_runs(grid)]
     return [export_histories(records, path, keep_order=keep, only_order=True)]
+
+
+# --- a small model for the parity phase picture (notebook 03) ---------------------------
+PHASE_LENGTHS = (2, 4, 8, 16)  # short strings first: the angle finds pi before 16 ones blur it
+
+
+def train_phase_model(
+    epochs: int = 5,
+    seed: int = 0,
+    d_model: int = 8,
+    lengths: tuple[int, ...] = PHASE_LENGTHS,
+    n: int = 1000,
+    lr: float = 1e-2,
+):
+    """A one-block CSP (the text's block with the code's switches) trained on parity with
+    one label per prefix, ``epochs`` epochs at each of ``lengths`` in turn (Adam,
+    cross-entropy, clipping at 1); returns the model in eval mode. Seconds on one core."""
+    import torch
+    import torch.nn.functional as F
+
+    from structattn_lite.data.splits import make_dataset
+    from structattn_lite.models import build_model
+
+    for name, value in (("epochs", epochs), ("seed", seed), ("d_model", d_model), ("n", n)):
+        config.check_int(name, value, minimum=0 if name == "seed" else 1)
+    torch.manual_seed(seed)
+    model = build_model("csp", preset="code_switches", d_model=d_model, n_layers=1)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for length in lengths:
+        data = make_dataset("parity", n, length, seed, labels="prefix", leaky=True)
+        for _ in range(epochs):
+            for batch in torch.randperm(len(data.x_train)).split(64):
+                logits = model(data.x_train[batch])
+                loss = F.cross_entropy(logits.flatten(0, 1), data.y_train[batch].flatten())
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+    return model.eval()
