@@ -397,13 +397,16 @@ def grazzi_figure(curves: pd.DataFrame):
 
 def grazzi_caption(curves: pd.DataFrame) -> str:
     """The grid a grazzi table or figure comes from, read off its curves."""
+    from structattn_lite.studies.length.grids import GRAZZI_VAL_LENGTHS
+
     runs = curves.drop_duplicates(["task", "model", "lr", "seed"])
-    seeds = sorted(runs["seed"].unique())
+    seeds = sorted(int(s) for s in runs["seed"].unique())
+    first, last = GRAZZI_VAL_LENGTHS
     rates = ", ".join(f"{lr:g}" for lr in sorted(runs["lr"].unique()))
     return (
         f"grid 'grazzi': {len(runs)} runs ({runs['model'].nunique()} models x rates {rates} x "
         f"{len(seeds)} seeds {seeds}); fresh strings of lengths 1-{runs['train_length'].max()} "
         f"every step, batch {runs['batch_size'].iloc[0]}, {runs['steps'].max()} steps of Adam "
         f"at a constant rate; the rate chosen on 512 validation strings scored at lengths "
-        f"64-128; whole-string accuracy on 500 fresh strings per test length"
+        f"{first}-{last}; whole-string accuracy on 500 fresh strings per test length"
     )
