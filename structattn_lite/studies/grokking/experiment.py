@@ -171,27 +171,32 @@ def train_phase_model(
     lr: float = 1e-2,
 ):
     """A one-block CSP (the text's block with the code's switches) trained on parity with
-    one label per prefix, ``epochs`` epochs at each of ``lengths`` in turn (Adam,
-    cross-entropy, clipping at 1); returns the model in eval mode. Seconds on one core."""
+    one label per prefix, ``epochs`` epochs at each of ``lengths`` in turn, on the study's
+    one ``Trainer`` (Adam at a constant rate, cross-entropy, clipping at 1); returns the
+    model in eval mode. Seconds on one core."""
     import torch
-    import torch.nn.functional as F
 
     from structattn_lite.data.splits import make_dataset
     from structattn_lite.models import build_model
+    from structattn_lite.training.losses import cross_entropy
+    from structattn_lite.training.trainer import OptimConfig, Trainer
 
     for name, value in (("epochs", epochs), ("seed", seed), ("d_model", d_model), ("n", n)):
         config.check_int(name, value, minimum=0 if name == "seed" else 1)
     torch.manual_seed(seed)
     model = build_model("csp", preset="code_switches", d_model=d_model, n_layers=1)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    trainer = Trainer(
+        model,
+        lambda m, x, y: cross_entropy(m(x), y),
+        OptimConfig(lr=lr, clip=1.0, schedule="constant"),
+        progress=False,
+    )
+    generator = torch.Generator().manual_seed(seed)
     for length in lengths:
         data = make_dataset("parity", n, length, seed, labels="prefix", leaky=True)
-        for _ in range(epochs):
-            for batch in torch.randperm(len(data.x_train)).split(64):
-                logits = model(data.x_train[batch])
-                loss = F.cross_entropy(logits.flatten(0, 1), data.y_train[batch].flatten())
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
+
+        def batches(g, x=data.x_train, y=data.y_train):
+            return ((x[i], y[i]) for i in torch.randperm(len(x), generator=g).split(64))
+
+        trainer.fit(epochs, batches, lambda m: {}, generator, desc=f"phase, length {length}")
     return model.eval()
