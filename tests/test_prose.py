@@ -153,3 +153,16 @@ def test_notebook_03_writes_the_csp_block_down_and_checks_it_by_hand():
         for c in code
     ), "notebook 03 needs a cell that computes the block by hand and checks it with assert_close"
     assert any("phase_figure(" in c and "save_figure(" in c for c in code)
+
+
+def test_every_notebook_cell_has_the_id_its_format_requires():
+    """nbformat 4.5 gives each cell an id; a cell pasted in without one makes every run warn
+    (MissingIDFieldWarning), and future nbformat versions refuse the notebook."""
+    for path in sorted(
+        [*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "dashboards").glob("*.ipynb")]
+    ):
+        nb = json.loads(path.read_text())
+        if (nb["nbformat"], nb["nbformat_minor"]) < (4, 5):
+            continue
+        missing = [i for i, cell in enumerate(nb["cells"]) if "id" not in cell]
+        assert not missing, f"{path.name}: cells {missing} have no id"
