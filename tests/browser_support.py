@@ -163,6 +163,13 @@ def jupyterlab(root: Path, tmp: Path):
 @contextmanager
 def voila(folder: Path, tmp: Path):
     """Voila serving every notebook in ``folder`` without code cells; yields URL, token."""
+    with voila_process(folder, tmp) as (_, base, token):
+        yield base, token
+
+
+@contextmanager
+def voila_process(folder: Path, tmp: Path, extra: tuple[str, ...] = ()):
+    """``voila``, with more arguments (``extra``), yielding its process too."""
     port, token = free_port(), secrets.token_hex(16)
     cmd = [
         str(BIN / "python"),
@@ -175,10 +182,19 @@ def voila(folder: Path, tmp: Path):
         f"--token={token}",
         "--strip_sources=True",
         "--show_tracebacks=True",
+        *extra,
     ]
     base = f"http://127.0.0.1:{port}"
-    with server(cmd, f"{base}/?token={token}", study_env(tmp), tmp / "voila.log"):
-        yield base, token
+    with server(cmd, f"{base}/?token={token}", study_env(tmp), tmp / "voila.log") as proc:
+        yield proc, base, token
+
+
+def kernels(proc: subprocess.Popen) -> list:
+    """The live kernel processes a server started (psutil processes)."""
+    import psutil
+
+    children = psutil.Process(proc.pid).children(recursive=True)
+    return [c for c in children if c.is_running() and "ipykernel" in " ".join(c.cmdline())]
 
 
 def block_network(page, allowed: tuple[str, ...] = ()) -> list[str]:

@@ -212,6 +212,45 @@ def test_voila_app_offline(browser, tmp_path):
             page.close()
 
 
+# Issue 45: 21 page views of the teaching app left 21 kernels holding 16.8 GiB.
+PAGE_VIEWS = 20
+KERNELS_LEFT = 2  # alive a minute after the last page closed, at most
+
+
+@needs_browser
+def test_voila_culls_the_kernels_of_closed_pages(browser, tmp_path):
+    """Twenty views of a dashboard, each page closed: a minute after the last one, the
+    app's culling (dashboard.CULL, the settings `make dashboard` uses) has shut down all
+    but at most two kernels. Voila starts one kernel per view, and its own shutdown request
+    on leaving a page is refused (see VOILA_BENIGN)."""
+    from structattn_lite.dashboard import CULL_IDLE_S
+
+    name = "3_length_generalization.ipynb"
+    clock = bs.Clock()
+    with bs.voila_process(bs.REPO / "dashboards", tmp_path) as (proc, base, token):
+        peak = 0
+        for _ in range(PAGE_VIEWS):
+            page, _, _ = _page(browser, VOILA_BENIGN)
+            page.goto(f"{base}/voila/render/{name}?token={token}", timeout=120_000)
+            page.wait_for_selector(".widget-dropdown select", timeout=120_000)
+            page.close()
+            peak = max(peak, len(bs.kernels(proc)))
+        clock.lap(f"{PAGE_VIEWS} views")
+        memory = sum(k.memory_info().rss for k in bs.kernels(proc)) / 2**30
+        assert peak > KERNELS_LEFT, f"only {peak} kernels ever ran: the views did not count"
+        bs.wait_for(lambda: len(bs.kernels(proc)) <= KERNELS_LEFT, 60, interval=2)
+        left = bs.kernels(proc)
+        clock.lap("a minute later")
+        print(
+            f"kernels: {peak} at most while viewing ({memory:.2f} GiB after the last view), "
+            f"{len(left)} a minute later (cull idle {CULL_IDLE_S} s); {clock}"
+        )
+        assert len(left) <= KERNELS_LEFT, (
+            f"{len(left)} kernels alive a minute after {PAGE_VIEWS} closed page views "
+            f"(at most {KERNELS_LEFT}); {clock}"
+        )
+
+
 @needs_browser
 def test_offline_report(browser, tmp_path, monkeypatch):
     """An HTML report from the study runner, opened from disk with the network blocked:
