@@ -231,7 +231,8 @@ def test_output_widget_echo_waits_for_the_cell_and_still_reaches_the_kernel():
 
     from nbclient import NotebookClient
     from nbclient.output_widget import OutputWidget
-    from nbformat.v4 import new_code_cell, new_notebook, new_output
+    from nbformat.v4 import new_output
+    from notebook_support import code_notebook
 
     from structattn_lite.notebook_runner import defer_output_widget_echo
 
@@ -253,12 +254,7 @@ def test_output_widget_echo_waits_for_the_cell_and_still_reaches_the_kernel():
     # In a real kernel the echo arrives once the cell is done: the kernel's widget has it.
     cells = ["import ipywidgets as W\nout = W.Output()\nwith out:\n    print('drawn')\nout",
              "print(len(out.outputs))"]  # fmt: skip
-    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
+    nb = code_notebook(*cells)
     NotebookClient(nb, timeout=60, kernel_name="python3").execute()
     assert nb.cells[1].outputs[0]["text"].strip() == "1"
     assert "drawn" in str(nb.metadata["widgets"])  # the saved state the reports render

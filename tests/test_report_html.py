@@ -7,6 +7,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
+from notebook_support import code_notebook
 
 from structattn_lite import notebook_runner as nr
 
@@ -55,12 +56,7 @@ def test_report_kernel_never_cuts_a_table_cell(tmp_path):
         'pd.DataFrame({"verdict": ["inconclusive " * 10], "acc": [0.123456789],'
         ' **{f"c{i}": [i] for i in range(30)}})'
     )
-    nb = new_notebook(cells=[new_code_cell(code)])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
+    nb = code_notebook(code)
     nbformat.write(nb, tmp_path / "in.ipynb")
     pm.execute_notebook(
         tmp_path / "in.ipynb",
@@ -98,12 +94,7 @@ def test_an_executed_notebook_holds_the_state_of_every_widget_it_shows(tmp_path)
         "live.on_epoch_end(None, {'epoch': 1, 'train_loss': 1.0, 'test_acc': 0.5})\n"
         "widgets.VBox([widgets.Dropdown(options=['a', 'b']), widgets.Output()])"
     )
-    nb = new_notebook(cells=[new_code_cell(code)])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
+    nb = code_notebook(code)
     nbformat.write(nb, tmp_path / "in.ipynb")
     pm.execute_notebook(tmp_path / "in.ipynb", tmp_path / "out.ipynb", progress_bar=False)
     out = nbformat.read(tmp_path / "out.ipynb", as_version=4)

@@ -9,7 +9,7 @@ import re
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from notebook_support import code_notebook
 from toy_study import Toy, ToyStudy
 
 from structattn_lite import notebook_runner as nr
@@ -84,12 +84,7 @@ def test_make_study_shows_a_notebooks_runs_while_it_runs_and_sums_up(tmp_path, m
         "(figures_dir('smoke') / '09_tiny_figure.png').write_bytes(b'png')\n"
         "time.sleep(2.5)\n"
     )
-    nb = new_notebook(cells=[new_code_cell(code)])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
+    nb = code_notebook(code)
     folder = tmp_path / "notebooks"
     folder.mkdir()
     nbformat.write(nb, folder / "09_tiny.ipynb")
