@@ -316,7 +316,7 @@ def reach_table(curves: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows).astype({"holds to L": "Int64"})
     order = {t: i for i, t in enumerate(("parity", "mod3", "dyck1"))}
     table = table.sort_values(
-        ["protocol", "task"], key=lambda c: c.map(order).fillna(c), kind="stable"
+        ["protocol", "task"], key=lambda c: c.map(order) if c.name == "task" else c, kind="stable"
     )
     return table.set_index(["protocol", "task", "model"])
 
