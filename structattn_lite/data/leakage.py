@@ -3,8 +3,6 @@ and under our disjoint one (a property of the data, shared by the CSP notebooks)
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from structattn_lite.data.splits import make_dataset
@@ -18,6 +16,8 @@ def leakage_table(tasks=("parity", "mod3", "dyck1"), sizes=None, length: int = 1
         "ablation grid": dict.fromkeys(tasks, 1000),
         "length grid": dict.fromkeys(tasks, 2000),
     }
+    columns = {"n_distinct": "distinct strings", "test_in_train": "test strings in train",
+               "test_prefixes_in_train": "test prefixes in train"}  # fmt: skip
     rows = []
     for label, ns in sizes.items():
         for task in tasks:
@@ -27,24 +27,8 @@ def leakage_table(tasks=("parity", "mod3", "dyck1"), sizes=None, length: int = 1
                     try:
                         stats.append(make_dataset(task, ns[task], length, seed, leaky=leaky).stats)
                     except ValueError:  # too few distinct strings exist for a disjoint split
-                        stats.append(None)
-                ok = [s for s in stats if s is not None]
-                rows.append(
-                    {
-                        "data": label,
-                        "task": task,
-                        "n": ns[task],
-                        "split": split,
-                        "distinct strings": sum(s["n_distinct"] for s in ok) / len(ok)
-                        if ok
-                        else math.nan,
-                        "test strings in train": sum(s["test_in_train"] for s in ok) / len(ok)
-                        if ok
-                        else math.nan,
-                        "test prefixes in train": sum(s["test_prefixes_in_train"] for s in ok)
-                        / len(ok)
-                        if ok
-                        else math.nan,
-                    }
-                )
+                        pass
+                means = pd.DataFrame(stats, columns=list(columns)).mean()  # NaN: none built
+                rows.append({"data": label, "task": task, "n": ns[task], "split": split,
+                             **means.rename(columns).to_dict()})  # fmt: skip
     return pd.DataFrame(rows).set_index(["data", "task", "n", "split"])
