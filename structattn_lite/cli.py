@@ -102,12 +102,6 @@ def _configs(args) -> list:
     return out
 
 
-def _exportable(study) -> list[str] | None:
-    """The grids a study's export writes (its COMMITTED_CSV table); None when unknown."""
-    table = getattr(study, "COMMITTED_CSV", None)
-    return None if table is None else list(table)
-
-
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
     from structattn_lite.config import (
@@ -143,11 +137,10 @@ def _check(args) -> None:
     if args.command == "run":
         check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
-    elif args.command == "export":
-        study = get_study(args.study)
-        exportable = _exportable(study)
-        if exportable is not None:
-            check_choice("--grid", args.grid, exportable)
+    elif args.command == "export":  # the grids an export writes: its COMMITTED_CSV table
+        committed = getattr(get_study(args.study), "COMMITTED_CSV", None)
+        if committed is not None:
+            check_choice("--grid", args.grid, list(committed))
 
 
 @contextlib.contextmanager

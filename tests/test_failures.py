@@ -402,7 +402,7 @@ def test_export_exits_nonzero_when_a_run_failed(runs, monkeypatch, capsys, tmp_p
         return fake_run(cfg, **kwargs)
 
     monkeypatch.setattr(grokking, "run", fail_one)
-    grid = cli._exportable(grokking)[0]
+    grid = list(grokking.COMMITTED_CSV)[0]
     with pytest.warns(UserWarning, match="boom"):
         assert cli.main(["export", "grokking", "--grid", grid]) == 1
     assert config_hash(EXPERIMENT, configs[0]) in capsys.readouterr().err
