@@ -61,11 +61,7 @@ def explorer_support(rule: str, n_nodes: int, m: int, seed: int = 0) -> tuple[li
 def _heatmap(ax: Axes, X: np.ndarray, title: str, xlabel: str = "", ylabel: str = "") -> None:
     vmax = float(np.abs(X).max()) or 1.0  # symmetric scale: the sign is the point
     im = ax.imshow(X, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xticks=[], yticks=[])
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
 
 
@@ -89,9 +85,7 @@ def plot_spectra(supports: Mapping[str, np.ndarray], eps: float, seed: int = 0) 
         lam = metric_spectrum(A, random_weights(A.shape[1], seed), eps)
         ax.plot(np.arange(len(lam)), lam, "o-", ms=4, label=f"{name} (m={A.shape[1]})")
     ax.axhline(eps, color="k", ls="--", lw=1, label=f"eps = {eps:g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("eigenvalue index (ascending)")
-    ax.set_ylabel("eigenvalue of M")
+    ax.set(yscale="log", xlabel="eigenvalue index (ascending)", ylabel="eigenvalue of M")
     ax.legend()
     return fig
 
@@ -105,8 +99,7 @@ def plot_condition_vs_eps(
     for name, A in supports.items():
         w = random_weights(A.shape[1], seed)
         ax.loglog(eps_grid, [condition_number(A, w, e) for e in eps_grid], "o-", ms=3, label=name)
-    ax.set_xlabel("eps")
-    ax.set_ylabel("condition number of M")
+    ax.set(xlabel="eps", ylabel="condition number of M")
     ax.legend()
     return fig
 
@@ -117,16 +110,10 @@ def plot_logits(z_q, z_k, A, w, eps: float, tau: float) -> Figure:
     fold = folded_logits(z_q, z_k, A, w, eps, tau)[0]
     fig = Figure(figsize=figure_size(2, height=2.4), layout="constrained")
     axes = fig.subplots(1, 3)
-    for ax, X, title in zip(
-        axes,
-        (ref, fold, fold - ref),
-        ("reference -dist/(2 tau)", "folded q~.k~/tau", "folded - reference"),
-        strict=True,
-    ):
+    titles = ("reference -dist/(2 tau)", "folded q~.k~/tau", "folded - reference")
+    for ax, X, title in zip(axes, (ref, fold, fold - ref), titles, strict=True):
         im = ax.imshow(X.detach().cpu().numpy(), cmap="viridis")
-        ax.set_title(title)
-        ax.set_xlabel("key j")
-        ax.set_ylabel("query i")
+        ax.set(title=title, xlabel="key j", ylabel="query i")
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return fig
 
@@ -172,8 +159,7 @@ def explore_support(
     lam = metric_spectrum(A, w, eps)
     axes[3].semilogy(lam, "o-", ms=4)
     axes[3].axhline(eps, color="k", ls="--", lw=1)
-    axes[3].set_xlabel("eigenvalue index")
-    axes[3].set_title(f"spectrum, cond = {lam[-1] / lam[0]:.3g}")
+    axes[3].set(xlabel="eigenvalue index", title=f"spectrum, cond = {lam[-1] / lam[0]:.3g}")
     return fig, cert
 
 
