@@ -108,3 +108,13 @@ def test_a_model_dropdown_shows_display_names_and_passes_code_keys():
     assert shown == [("csp_paper", "dyck1"), ("lstm", "dyck1"), ("lstm", "parity")]
     seed = app.children[0].children[3]
     assert list(seed.options) == [0]  # not a code key: shown as it is
+
+
+def test_every_task_and_loss_the_package_trains_has_a_display_name():
+    """A caption or title names each task and loss by the table; a new one without an
+    entry is an error there, not a code key in a figure."""
+    from structattn_lite.data.tasks import TASKS
+    from structattn_lite.training.losses import LOSSES
+
+    for key in (*TASKS, *LOSSES):
+        assert names.display_name(key) != key or key == "parity", key
