@@ -22,7 +22,8 @@ from matplotlib.figure import Figure
 
 from structattn_lite.config import COMMITTED
 from structattn_lite.findings import FIGURES as FINDINGS
-from structattn_lite.report import save_figure, save_table, use_style
+from structattn_lite.names import display_name
+from structattn_lite.report import in_words, save_figure, save_table, use_style
 from structattn_lite.studies.ablations import experiment as ab
 from structattn_lite.studies.ablations import report as ct
 from structattn_lite.studies.attention import figures as ap
@@ -128,11 +129,13 @@ def _grokking(task: str, grid: str, title: str):
 
 for _task in ("parity", "mod3", "dyck1"):
     _register(f"03_csp_grokking_{_task}_gap")(
-        lambda task=_task: _grokking(task, "gap", f"{task}, paper sizes (grid 'gap')")
+        lambda task=_task: _grokking(task, "gap", f"{display_name(task)}, paper sizes (grid 'gap')")
     )
 _register("03_csp_grokking_parity_paper_era")(
     lambda: _grokking(
-        "parity", "paper_era", "parity, paper-era model (befce39), paper-text protocol"
+        "parity",
+        "paper_era",
+        f"{display_name('parity')}, the paper text's protocol",  # the panel names the model
     )
 )
 
@@ -235,7 +238,8 @@ def _write(name: str, out: Path | None) -> tuple[Figure | Table, list[Path]]:
         use_style()
         drawn = draw(name)
         notebook, rest = name.split("_", 1)  # save_figure writes "<notebook>_<name>"
-        if isinstance(drawn, Table):
+        if isinstance(drawn, Table):  # its rows read as words (names.py), not code keys
+            drawn = Table(in_words(drawn.frame), drawn.caption)
             paths = save_table(drawn.frame, notebook, rest, drawn.caption, COMMITTED, out=out)
         else:
             paths = save_figure(drawn, notebook, rest, profile=COMMITTED, out=out)

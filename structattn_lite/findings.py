@@ -171,6 +171,79 @@ def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _name(key: str) -> str:
+    """A display name without its gloss ("+SiLU (inside every step)" -> "+SiLU", "LayerNorm
+    instead of the complex norm" -> "LayerNorm"), where a figure row has no room for it;
+    the ledger's claim keeps the whole name."""
+    return re.split(r" \(| instead of ", display_name(key))[0]
+
+
+def _attention_label(parts: list[str]) -> str | None:
+    """The words of an attention row (``attention/<parts>``), or None for one not named
+    here. Each row compares matroidal m=2d with a baseline: the panel's title says which
+    side the claim needs."""
+    match parts:
+        case ["not_worse", qk]:
+            return f"validation, {display_name(qk)}"
+        case ["long", "not_worse", qk]:
+            return f"validation after 8,000 steps, {display_name(qk)}"
+        case ["low_parameters", size, qk] if size.startswith("d"):
+            return f"test at d_model {size[1:]}, {display_name(qk)}"
+        case ["stable", "bfloat16"]:
+            return "bfloat16's shift of validation"
+        case ["pruning"]:
+            return "half its coefficients pruned"
+        case ["low_data", baseline]:
+            return f"edge over {display_name(baseline)}: 1% of the text vs all"
+        case ["low_data", size, baseline]:
+            return f"edge over {display_name(baseline)}: 1% vs all, d_model {size[1:]}"
+        case ["low_parameters", *baseline]:
+            return f"edge over {display_name((baseline or ['dense'])[0])}: d_model 32 vs 64"
+        case ["best_m"]:
+            return "one support size m is best"
+    return None
+
+
+def row_label(ident: str, claim: str = "") -> str:
+    """A ledger row's label in a figure: words, with every model, variant, task and loss
+    named as ``names.DISPLAY_NAMES`` names it (the figure prints the id beside it, to look
+    the row up in LEDGER.md). A row of a kind not named here is labelled by its claim."""
+    from structattn_lite.studies.length.authors import AUTHORS_TASK
+    from structattn_lite.studies.length.grids import GRIDS
+
+    head, *parts = ident.split("/")
+    match [head, *parts]:
+        case ["table3", loss, task]:
+            return f"Table 3, {display_name(loss)}: {display_name(task)}"
+        case ["table4", rotation, variant, task]:
+            return f"Table 4, {_name(variant)}, {rotation} rotation: {display_name(task)}"
+        case ["authors", name, length]:
+            task = {v: k for k, v in AUTHORS_TASK.items()}[name]
+            (model,) = GRIDS["authors"]["models"][task]  # the revision behind their row
+            return f"{display_name(model)}: {display_name(name)} at L = {length[1:]}"
+        case ["grazzi" | "chomsky", model, *at]:
+            trained = ", trained at T = 16 only" if at else ""
+            return f"{display_name(model)}: parity at length{trained}"
+        case ["attention", *rest] if (words := _attention_label(rest)) is not None:
+            return words
+    if not claim:
+        raise ValueError(f"ident={ident!r} has no figure label; pass its claim")
+    return re.sub(r"(: | )[\d.]+( \(their README's.*\))?$", "", claim)
+
+
+def _ids_beside(ax, y, ids, x: float = 1.02, title: str = "") -> None:
+    """Each row's ledger id, small and grey, at ``x`` (a fraction of ``ax``'s width) on the
+    row's line: the figure's text, not the axes' (to look the row up in LEDGER.md)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    at = blended_transform_factory(ax.transAxes, ax.transData)
+    for yy, ident in zip(y, ids, strict=True):
+        ax.figure.text(x, yy, ident, transform=at, va="center", fontsize=4.5, color="0.45")
+    if title:
+        ax.figure.text(x, 1.0, title, transform=ax.transAxes, va="bottom", fontsize=5,
+                       color="0.45")  # fmt: skip
+
+
 def ledger_figure(table: pd.DataFrame):
     """Ours (mean and 95% interval over seeds) against the published number ± margin,
     one line per claim with a published number, coloured by verdict. Every number here is
@@ -209,7 +282,9 @@ def ledger_figure(table: pd.DataFrame):
     side.set_title("seeds diverged", fontsize=6)
     side.spines[["left", "bottom"]].set_visible(False)
     side.tick_params(left=False)
-    ax.set_yticks(y, [_short(i) for i in rows["id"]], fontsize=5.5)
+    ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
+                  fontsize=5.5)  # fmt: skip
+    _ids_beside(side, y, rows["id"], x=0.95, title="ledger id")
     ax.set_xlabel("accuracy or F1 (published beside ours)")
     ax.set_xlim(-0.03, 1.03)
     handles, labels = ax.get_legend_handles_labels()
@@ -257,8 +332,9 @@ def attention_figure(table: pd.DataFrame):
             hollow = f"; {stats.UNTUNED} " in r["reason"]  # the tuning rule decided it
             ax.errorbar(r["ours"], yy, xerr=[[r["ours"] - r["low"]], [r["high"] - r["ours"]]],
                         fmt="o", ms=3, lw=1, color=color, mfc="white" if hollow else color)  # fmt: skip
-        ax.set_yticks(y, [r.removeprefix("attention/").replace("/", " · ") for r in rows["id"]],
+        ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
                       fontsize=5.5)  # fmt: skip
+        _ids_beside(ax, y, rows["id"])
         ends = pd.concat([rows["low"], rows["high"]]).dropna().abs()
         reach = max(ends.max() if len(ends) else 0, stats.BPC_MARGIN) * 1.15
         ax.set_xlim(-reach, reach)
@@ -271,10 +347,6 @@ def attention_figure(table: pd.DataFrame):
     fig.legend(handles=handles, fontsize=6, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
-
-
-def _short(ident: str) -> str:
-    return ident.replace("authors_3bb9f71", "authors").replace("/", " · ")
 
 
 GAP_LEVELS = {0.9: ":", 0.99: "--", 1.0: "-"}  # the levels a gap is read between

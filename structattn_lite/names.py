@@ -1,4 +1,4 @@
-"""The one display name of every model and variant: what figures, tables, the ledger, the
+"""The one display name of every model, variant, task and loss: what figures, tables, the ledger, the
 notebooks and the dashboards show for a code key. Prose reads its names from here; code
 keys stay in code. Imports nothing from the package (the bottom layer).
 
@@ -44,6 +44,26 @@ DISPLAY_NAMES: dict[str, str] = {
     "matroidal m=2d": "matroidal m=2d",
     "matroidal m=4d": "matroidal m=4d",
     "matroidal m=2d (sep q/k)": "matroidal m=2d (separate q/k)",
+    # the tasks (the ledger's words)
+    "parity": "parity",
+    "mod3": "mod-3",
+    "dyck1": "parentheses",
+    "modk": "mod-k",
+    "mod3_authors": "mod-3 (the authors' labels)",
+    "dyck1_authors": "parentheses (the authors' labels)",
+    # the ablations' losses (Table 3) and variants of the block (Table 4)
+    "focal": "focal loss",
+    "ce": "cross-entropy",
+    "focal_constant": "focal loss (the authors' alpha)",
+    "ce_all_positions": "cross-entropy on every position",
+    "base": "Base (no SiLU, skip or norm)",
+    "+silu": "+SiLU (inside every step)",
+    "+skip": "+Skip",
+    "+norm": "+Norm (the full model)",
+    "layernorm": "LayerNorm instead of the complex norm",
+    # the attention card's two ways of projecting queries and keys
+    "shared": "shared q/k",
+    "sep": "separate q/k",
 }
 
 

@@ -4,6 +4,7 @@ and the live training plot a notebook can hang on a sweep.
 
 from __future__ import annotations
 
+import re
 import textwrap
 import threading
 from pathlib import Path
@@ -109,6 +110,35 @@ def model_style(name: str) -> dict:
     return MODEL_STYLE[name]
 
 
+# A table's key columns whose values are code keys, and the header each is shown under.
+WORDED_COLUMNS = {"preset": "model", "model": "model", "variant": "variant", "task": "task",
+                  "loss": "loss"}  # fmt: skip
+
+
+def in_words(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` as a reader sees it: each code key in a key column (``WORDED_COLUMNS``, in
+    the index or among the columns) shown as its display name (``names.DISPLAY_NAMES``),
+    and "preset" headed "model". A value the table does not know stays as it is."""
+
+    def words(values):
+        return [DISPLAY_NAMES.get(v, v) if isinstance(v, str) else v for v in values]
+
+    out = table.copy()
+    for column in [c for c in out.columns if c in WORDED_COLUMNS]:
+        out[column] = words(out[column])
+    names = list(out.index.names)
+    if any(n in WORDED_COLUMNS for n in names):
+        levels = [out.index.get_level_values(i) for i in range(len(names))]
+        levels = [
+            words(v) if n in WORDED_COLUMNS else v for n, v in zip(names, levels, strict=True)
+        ]
+        out.index = pd.MultiIndex.from_arrays(levels, names=names) if len(names) > 1 else (
+            pd.Index(levels[0], name=names[0]))  # fmt: skip
+    return out.rename_axis(index=[WORDED_COLUMNS.get(n, n) for n in out.index.names]).rename(
+        columns={c: WORDED_COLUMNS[c] for c in out.columns if c in WORDED_COLUMNS}
+    )
+
+
 # Fixed metadata so re-rendering the same figure gives the same bytes.
 _PNG_META = {"Software": None}
 _PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
@@ -195,11 +225,15 @@ def save_table(
 
 
 def _cell_text(value, wrap: int = 16) -> str:
-    """A parenthetical on its own line ("0.50 ± 0.04\n(3 seeds)"); long lines wrapped."""
+    """A parenthetical on its own line ("0.50 ± 0.04\n(3 seeds)"); long lines wrapped, never
+    inside brackets ("[0, 1]" stays whole)."""
     text = f"{value:.3f}" if isinstance(value, float) else str(value)
+    text = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\N{NO-BREAK SPACE}"), text)
     parts = text.replace(" (", "\n(").split("\n")
     return "\n".join(
-        line for p in parts for line in (textwrap.wrap(p, wrap, break_long_words=False) or [p])
+        line.replace("\N{NO-BREAK SPACE}", " ")
+        for p in parts
+        for line in (textwrap.wrap(p, wrap, break_long_words=False) or [p])
     )
 
 
@@ -335,7 +369,8 @@ def pd_flatten(blob: dict, prefix: str = "") -> dict:
 _DRAW_LOCK = threading.RLock()
 
 
-NAMED_CONTROLS = ("model", "preset", "variant")  # a browser's dropdowns that pick a model
+# a browser's dropdowns whose values are code keys: a model, a task or a loss
+NAMED_CONTROLS = ("model", "preset", "variant", "task", "loss")
 
 
 def browser(
@@ -350,11 +385,11 @@ def browser(
     ``choices(data)`` gives, for that data, each dropdown's name and its values;
     ``show(data, **picked)`` draws the view for the picked values. ``extra`` adds
     dropdowns that do not depend on the source (e.g. a metric), in the caller's order,
-    opening on the first. The others list their values sorted. A dropdown of models
-    (``NAMED_CONTROLS``) shows each model's display name (``names.DISPLAY_NAMES``) and
-    passes its code key to ``show``. One with a single value is shown greyed out
-    (disabled): a fact of the source, not a choice. Each dropdown is wide enough for its
-    labels.
+    opening on the first. The others list their values sorted. A dropdown of models,
+    tasks or losses (``NAMED_CONTROLS``) shows each one's display name
+    (``names.DISPLAY_NAMES``) and passes its code key to ``show``. One with a single value
+    is shown greyed out (disabled): a fact of the source, not a choice. Each dropdown is
+    wide enough for its labels.
     """
 
     def labelled(name, values):

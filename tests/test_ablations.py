@@ -47,7 +47,8 @@ def test_paper_text_grid_is_the_gap_grid_once_per_loss(tmp_path, monkeypatch):
     assert set(frame["variant"]) == {"+norm"} and set(frame["val_fraction"]) == {0.1}
     caption = ct.grid_caption(frame)
     assert "100% validation accuracy" in caption and "sequence labels" in caption
-    assert "focal: focal loss (alpha 0.25 on class 1, 0.75 on class 0" in caption
+    assert "focal loss (alpha 0.25 on class 1, 0.75 on class 0" in caption
+    assert "focal:" not in caption and "ce:" not in caption  # words, not code keys
     monkeypatch.setattr(ab, "results_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="grid must be one of"):
         ab.export(records, grid="quick")

@@ -358,3 +358,111 @@ def test_a_theory_figure_is_never_stamped_scratch(tmp_path):
                      if c["cell_type"] == "code")  # fmt: skip
     calls = re.findall(r"save_figure\((.*)\)", code)
     assert calls and all("from_runs=False" in call for call in calls), calls
+
+
+# --- rows, titles and tables read as words (names.DISPLAY_NAMES), not code keys --------
+
+ID_SHAPED = re.compile(r"^[\w+]+(/[\w+]+)+$")  # a ledger id, e.g. table4/with/+silu/dyck1
+
+
+def _code_keys_in(text: str) -> list[str]:
+    """The code keys of ``names.DISPLAY_NAMES`` that ``text`` shows as keys: a key written
+    as a word of its own outside every display name in the text (``dot`` in "dot product",
+    ``paper`` in "CSP (paper text, code's switches)" are names)."""
+    from structattn_lite.names import DISPLAY_NAMES
+
+    rest = text
+    for name in sorted(set(DISPLAY_NAMES.values()), key=len, reverse=True):
+        rest = rest.replace(name, " ")
+    return [
+        key for key, name in DISPLAY_NAMES.items()
+        if key != name and re.search(rf"(?<![\w+]){re.escape(key)}(?![\w+])", rest)
+    ]  # fmt: skip
+
+
+def test_the_code_key_check_catches_a_key():
+    assert _code_keys_in("table4 · with · +silu · dyck1") == ["dyck1", "+silu"]
+    assert _code_keys_in("Table 4, +SiLU, with rotation: parentheses") == []
+    assert _code_keys_in("edge over dot product: 1% of the text vs all") == []
+
+
+@pytest.mark.parametrize("figure", ["ledger_figure", "attention_figure"])
+def test_findings_rows_read_as_words_with_their_ledger_ids_beside(figure):
+    """The rows once read ``table4 · without · +silu · dyck1``: each row's label is now
+    words, and its ledger id stands beside it, to look the row up in LEDGER.md."""
+    from structattn_lite import findings
+
+    table = _ledger()
+    fig = getattr(findings, figure)(table)
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels() if t.get_text()]
+    assert len(labels) >= 10
+    for label in labels:
+        assert not ID_SHAPED.match(label) and " · " not in label, label
+        assert not _code_keys_in(label), (label, _code_keys_in(label))
+    ids = {t.get_text() for t in fig.texts}
+    shown = {findings.row_label(i, c): i for i, c in zip(table["id"], table["claim"], strict=True)}
+    assert all(shown[label] in ids for label in labels), sorted(set(shown.values()) - ids)[:3]
+
+
+def test_a_ledger_row_label_names_models_tasks_and_variants_from_the_table():
+    from structattn_lite import findings
+    from structattn_lite.names import display_name
+
+    label = findings.row_label("table4/with/+silu/dyck1")
+    assert label.startswith("Table 4, +SiLU") and label.endswith(f": {display_name('dyck1')}")
+    assert findings.row_label("table3/ce/mod3") == (
+        f"Table 3, {display_name('ce')}: {display_name('mod3')}"
+    )
+    assert findings.row_label("authors/mod3/L32").startswith(display_name("authors_7d6c56a"))
+    assert findings.row_label("chomsky/lstm/at_T16").startswith(f"{display_name('lstm')}: ")
+    # a row of a kind it does not know is labelled by its claim, never by its id
+    assert findings.row_label("new/kind", "a claim 0.50") == "a claim"
+    with pytest.raises(ValueError, match="ident='new/kind'"):
+        findings.row_label("new/kind")
+
+
+@pytest.mark.parametrize("task", ["parity", "mod3", "dyck1"])
+def test_grokking_titles_use_display_names(task):
+    from structattn_lite import committed_figures as cf
+    from structattn_lite.names import display_name
+    from structattn_lite.studies.grokking import report as gr
+
+    records = grokking_records()
+    fig = gr.grokking_figure(records, task)
+    presets = {r.config["preset"] or r.config["model"] for r in records if r.config["task"] == task}
+    titles = {ax.get_title() for ax in fig.axes if ax.get_title()}
+    assert titles == {f"{display_name(task)}: {display_name(p)}" for p in presets}
+    committed = cf.draw(f"03_csp_grokking_{task}_gap")
+    assert committed.get_suptitle().startswith(f"{display_name(task)}, ")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["04_ablations_table3_paper_text", "04_ablations_table4_paper_size",
+     "04_ablations_claims_paper_size", "05_length_table_seq_acc", "05_length_table_all_acc_fixed",
+     "05_length_grazzi_table"],
+)  # fmt: skip
+def test_committed_tables_read_as_words(name, tmp_path):
+    """Their rows once read ``paper · ce``, ``mod3``, ``diag_rnn_neg``: what is written
+    (and what a notebook shows) names each model, task, variant and loss in words."""
+    from structattn_lite import committed_figures as cf
+
+    frame = cf.save(name, out=tmp_path).frame
+    assert "preset" not in frame.index.names
+    cells = [str(v) for level in frame.index.levels for v in level] if hasattr(
+        frame.index, "levels") else [str(v) for v in frame.index]  # fmt: skip
+    assert not [c for c in cells if _code_keys_in(c)], [c for c in cells if _code_keys_in(c)]
+    caption = (tmp_path / f"{name}.html").read_text()
+    assert not re.search(r"\b(ce|focal): ", caption)
+
+
+def test_in_words_shows_display_names_and_keeps_what_it_does_not_know():
+    import pandas as pd
+
+    frame = pd.DataFrame({"preset": ["paper", "mystery"], "task": ["mod3", "dyck1"],
+                          "seeds": [5, 3]}).set_index(["preset", "task"])  # fmt: skip
+    shown = report.in_words(frame)
+    assert list(shown.index.names) == ["model", "task"]
+    assert list(shown.index) == [("CSP (paper text)", "mod-3"), ("mystery", "parentheses")]
+    assert list(shown["seeds"]) == [5, 3]
+    assert list(frame.index.get_level_values("task")) == ["mod3", "dyck1"]  # not changed

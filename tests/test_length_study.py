@@ -148,7 +148,7 @@ def test_committed_grid_takes_its_string_count_per_task():
     runs = pd.DataFrame([{"task": t, "protocol": "fixed", "model": "lstm", "seed": 0,
                           "n": k, "length": 16, "steps": 5, "train_length": 16}
                          for t, k in n.items()])  # fmt: skip
-    assert "n = 2000 (dyck1), 10000 (mod3, parity) strings" in lt.length_caption(runs)
+    assert "n = 2000 (parentheses), 10000 (mod-3, parity) strings" in lt.length_caption(runs)
 
 
 def test_a_refit_grid_trains_again_longer_only_the_cells_that_did_not_fit(tmp_path, monkeypatch):

@@ -93,11 +93,28 @@ def test_a_model_dropdown_shows_display_names_and_passes_code_keys():
     from structattn_lite.report import browser
 
     shown = []
-    app = browser({"grid": ["csp_paper", "lstm"]}, lambda data: {"model": data, "task": ["parity"]},
-                  lambda data, model, task: shown.append(model))  # fmt: skip
+    tasks, seeds = ["parity", "dyck1"], [0]
+    app = browser({"grid": ["csp_paper", "lstm"]},
+                  lambda data: {"model": data, "task": tasks, "seed": seeds},
+                  lambda data, model, task, seed: shown.append((model, task)))  # fmt: skip
     model = app.children[0].children[1]
     assert list(model.options) == [("CSP (paper text)", "csp_paper"), ("LSTM", "lstm")]
     model.value = "lstm"
-    assert shown == ["csp_paper", "lstm"]
     task = app.children[0].children[2]
-    assert list(task.options) == ["parity"]  # not a model: shown as it is
+    # a task reads as words too, and passes its key
+    assert list(task.options) == [(names.display_name(t), t) for t in sorted(tasks)]
+    assert dict(task.options)["parentheses"] == "dyck1"
+    task.value = "parity"
+    assert shown == [("csp_paper", "dyck1"), ("lstm", "dyck1"), ("lstm", "parity")]
+    seed = app.children[0].children[3]
+    assert list(seed.options) == [0]  # not a code key: shown as it is
+
+
+def test_every_task_and_loss_the_package_trains_has_a_display_name():
+    """A caption or title names each task and loss by the table; a new one without an
+    entry is an error there, not a code key in a figure."""
+    from structattn_lite.data.tasks import TASKS
+    from structattn_lite.training.losses import LOSSES
+
+    for key in (*TASKS, *LOSSES):
+        assert names.display_name(key) != key or key == "parity", key

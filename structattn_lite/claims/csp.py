@@ -62,7 +62,8 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
 def table3() -> list[dict]:
     from structattn_lite.studies.ablations.experiment import PAPER_TABLE3
 
-    words = {"focal": "focal loss", "ce": "cross-entropy instead of focal loss"}
+    words = {"focal": display_name("focal"),
+             "ce": f"{display_name('ce')} instead of {display_name('focal')}"}  # fmt: skip
     cells = [
         (f"table3/{loss}/{task}", words[loss], _selector(loss=loss), PAPER_TABLE3[loss, task], task)
         for loss in ("focal", "ce")
@@ -82,13 +83,6 @@ def _selector(**equal) -> Callable[[pd.DataFrame], pd.Series]:
     return select
 
 
-ROW_WORDS = {
-    "base": "Base (no SiLU, skip or norm)", "+silu": "+SiLU (inside every step)",
-    "+skip": "+Skip", "+norm": "+Norm (the full model)",
-    "layernorm": "LayerNorm instead of the complex norm",
-}  # fmt: skip
-
-
 def table4() -> list[dict]:
     """Table 4's nine rows; the full rotated model is Table 3's focal runs (shared)."""
     from structattn_lite.studies.ablations.experiment import PAPER_TABLE4
@@ -104,7 +98,7 @@ def table4() -> list[dict]:
         for task, published in zip(TASK_NAME, numbers, strict=True):
             if math.isnan(published):
                 continue
-            words = f"{ROW_WORDS[variant]}, {rotation} rotation"
+            words = f"{display_name(variant)}, {rotation} rotation"
             select = _selector(rotation=rotation, variant=variant, preset="paper")
             cells.append((f"table4/{rotation}/{variant}/{task}", words, select, published, task))
     command = "structattn run ablations --grid paper_table4 --seed-batching"

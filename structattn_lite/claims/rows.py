@@ -17,7 +17,7 @@ COLUMNS = [
     "verdict", "reason", "rule", "protocol", "grid", "notebook", "command",
 ]  # fmt: skip
 
-TASK_NAME = {"parity": "parity", "mod3": "mod-3", "dyck1": "parentheses"}
+TASK_NAME = {task: display_name(task) for task in ("parity", "mod3", "dyck1")}  # names.py
 METRIC = {"parity": "test_seq_acc", "mod3": "test_seq_acc", "dyck1": "test_seq_f1"}
 METRIC_NAME = {"parity": "accuracy", "mod3": "accuracy", "dyck1": "F1"}
 PAPER_TEXT = (

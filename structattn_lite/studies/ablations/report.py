@@ -201,10 +201,12 @@ def grid_caption(df: pd.DataFrame) -> str:
         f"{int(df['epochs'].max())} epochs (mean run {df['epochs_run'].mean():.0f}){stop}; "
         f"n={sorted(df['n'].unique().tolist())}, d_model={int(df['d_model'].iloc[0])}, "
         f"{int(df['n_layers'].iloc[0])} layers, {df['labels'].iloc[0]} labels, lr={df['lr'].iloc[0]}, "
-        "scored on the whole string (last position)"
-        + "".join(
-            f"; {loss}: {LOSS_NAMES[loss]}"
-            for loss in sorted(df["loss"].unique())
-            if loss in LOSS_NAMES
-        )
+        "scored on the whole string (last position)" + _losses(sorted(df["loss"].unique()))
     )
+
+
+def _losses(losses: list[str]) -> str:
+    """The losses a grid trained with, in words (a table's rows name them by the display
+    name, ``names.DISPLAY_NAMES``; this says what each one is)."""
+    words = [LOSS_NAMES[loss] for loss in losses if loss in LOSS_NAMES]
+    return f"; {'losses' if len(words) > 1 else 'loss'}: {', '.join(words)}" if words else ""

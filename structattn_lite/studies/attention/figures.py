@@ -92,7 +92,7 @@ def plot_learning_curves(
                 diff_ax.plot(d.index, d.values, color=style["color"], lw=1.5, label=style["name"])
         diff_ax.axhline(0, color="black", lw=0.8)
         diff_ax.set(title=f"difference to {model_style('dot')['name']}\n(mean; below 0: better)",
-                    xlabel="training step", ylabel="variant minus dot")  # fmt: skip
+                    xlabel="training step", ylabel=f"variant minus {model_style('dot')['name']}")  # fmt: skip
         # beside the figure, not over the curves: the gaps move from panel to panel
         fig.legend(*diff_ax.get_legend_handles_labels(), loc="outside lower center",
                    ncols=3, fontsize=7, title="each minus dot product:", title_fontsize=7)  # fmt: skip

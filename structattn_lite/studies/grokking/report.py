@@ -11,6 +11,7 @@ from IPython.display import display
 
 from structattn_lite import stats
 from structattn_lite.models import CSP_PRESETS
+from structattn_lite.names import display_name
 from structattn_lite.records import RunRecord
 from structattn_lite.report import PALETTE, browser, figure_size, model_style
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, PAPER_SEEDS
@@ -176,7 +177,7 @@ def grokking_figure(records, task: str, title: str | None = None):
         for level, ls in LEVELS.items():
             acc_ax.axhline(level, color="#555555", ls=ls, lw=0.6)
         acc_ax.set(
-            title=f"{task}: {model_style(preset)['name']}",
+            title=f"{display_name(task)}: {model_style(preset)['name']}",
             ylabel="whole-string test accuracy\n(faint: train, run's labels)",
             ylim=(0, 1.04),
             yticks=(0, 0.2, 0.4, 0.6, 0.8, 0.9, 1),

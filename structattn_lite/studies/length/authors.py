@@ -9,6 +9,7 @@ import math
 import pandas as pd
 
 from structattn_lite import stats
+from structattn_lite.names import display_name
 from structattn_lite.studies.length.report import AUTHORS
 
 AUTHORS_TASK = {"parity": "parity", "mod3_authors": "mod3", "dyck1_authors": "dyck1"}
@@ -74,7 +75,11 @@ def authors_figure(curves: pd.DataFrame):
         if published:
             ax.plot((16, 32, 64), published, "o", color="black", ms=3.5, label="authors' README")
         ax.axvline(16, color="grey", ls=":", lw=1)
-        ax.set(title=task, xlabel="evaluation length L", ylim=(0.4, 1.02))
+        ax.set(
+            title=display_name(AUTHORS_TASK.get(task, task)),
+            xlabel="evaluation length L",
+            ylim=(0.4, 1.02),
+        )
         ax.set_xscale("log", base=2)
     axes[0][0].set_ylabel("accuracy, all positions")
     legend = {}  # one entry per label, below the panels and not over a curve

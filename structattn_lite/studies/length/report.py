@@ -137,7 +137,8 @@ def length_caption(curves: pd.DataFrame) -> str:
         if runs["n"].nunique() <= 1:
             return values("n")
         tasks_of = runs.drop_duplicates(["n", "task"]).groupby("n")["task"].apply(sorted)
-        return ", ".join(f"{int(n)} ({', '.join(tasks)})" for n, tasks in tasks_of.items())
+        return ", ".join(f"{int(n)} ({', '.join(map(display_name, tasks))})"
+                         for n, tasks in tasks_of.items())  # fmt: skip
 
     def budget():  # the epoch cap, and the cells a second pass trained longer
         caps = sorted(runs["epochs"].unique().tolist()) if "epochs" in runs else ["?"]
@@ -145,13 +146,16 @@ def length_caption(curves: pd.DataFrame) -> str:
             return f"{caps[0]} epochs"
         longer = runs[runs["epochs"] > caps[0]].drop_duplicates(["task", "model"])
         cells = ", ".join(
-            f"{m} on {t}" for t, m in zip(longer["task"], longer["model"], strict=True)
+            f"{display_name(m)} on {display_name(t)}"
+            for t, m in zip(longer["task"], longer["model"], strict=True)
         )
         return (
             f"{caps[0]} epochs ({'/'.join(map(str, caps[1:]))} where some seed had not fit "
             f"after the first pass, on every seed: {cells})"
         )
 
+    losses = sorted(runs["loss"].dropna().unique()) if "loss" in runs else []
+    loss = "/".join(map(display_name, losses)) or "? loss"
     stop = values("stop_at_fit")
     stop_text = (
         f"; stopped once validation whole-string accuracy held {stop} (early stops read "
@@ -163,7 +167,7 @@ def length_caption(curves: pd.DataFrame) -> str:
     return (
         f"grid '{grid}': {len(runs)} runs; {spread} seeds per model and task (seeds {seeds}); "
         f"trained at T = {values('train_length')} on n = {strings()} strings "
-        f"({values('split')} split), batch {values('batch_size')}, {values('loss')} loss, "
+        f"({values('split')} split), batch {values('batch_size')}, {loss}, "
         f"Adam lr {values('lr', '{:g}')} ({values('schedule')}); at most {budget()}, "
         f"{int(steps.min())}-{int(steps.max())} steps (median {int(steps.median())})"
         f"{stop_text}; scored on fresh strings at every length up to "
@@ -207,7 +211,7 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
             ax.axvline(16 if proto == "fixed" else 40, color="grey", ls=":", lw=1)
             ax.set_xscale("log", base=2)
             ax.set(ylim=(-0.02, 1.04), xlabel="evaluation length L")
-            ax.set_title(f"{task}, {proto} protocol")
+            ax.set_title(f"{display_name(task)}, {proto} protocol")
             if j == 0:
                 ax.set_ylabel(
                     "accuracy: " + METRICS[metric].split(" (")[0].replace("positions ", "")
@@ -248,7 +252,7 @@ def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
             ylim=(-0.02, 1.02),
             ylabel=METRICS[metric],
         )
-        ax.set_title(f"{display_name(model)} on {task} ({protocol})", fontsize=9)
+        ax.set_title(f"{display_name(model)} on {display_name(task)} ({protocol})", fontsize=9)
         ax.legend(fontsize=7)
         plt.show()
         table = length_table(curves, metric)
