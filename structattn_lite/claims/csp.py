@@ -19,11 +19,7 @@ from structattn_lite.claims.rows import (
     row,
 )
 from structattn_lite.names import display_name
-from structattn_lite.studies.grokking.report import (
-    SPIKE_WINDOW,
-    gap_verdict,
-    seed_gaps,
-)
+from structattn_lite.studies.grokking.report import SPIKE_WINDOW, gap_verdict, seed_gaps
 
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
 
@@ -39,23 +35,12 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
         values = runs.loc[~diverged, METRIC[task]].dropna()
         diverged = int(diverged.sum())
         number = "(no published number)" if math.isnan(published) else f"{published:.2f}"
-        rows.append(
-            equivalence_row(
-                values,
-                diverged,
-                published,
-                stats.ACCURACY_MARGIN,
-                bounds=stats.UNIT,  # accuracy or F1
-                id=ident,
-                study="CSP",
-                claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {number}",
-                source=f"CSP paper, Table {table}",
-                protocol=PAPER_TEXT,
-                grid=grid,
-                notebook="04, Tables 3 and 4",
-                command=command,
-            )  # fmt: skip
-        )
+        rows.append(equivalence_row(
+            values, diverged, published, stats.ACCURACY_MARGIN, bounds=stats.UNIT,  # accuracy, F1
+            id=ident, study="CSP", claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {number}",
+            source=f"CSP paper, Table {table}", protocol=PAPER_TEXT, grid=grid,
+            notebook="04, Tables 3 and 4", command=command,
+        ))  # fmt: skip
     return rows
 
 
@@ -74,13 +59,8 @@ def table3() -> list[dict]:
 
 
 def _selector(**equal) -> Callable[[pd.DataFrame], pd.Series]:
-    def select(frame: pd.DataFrame) -> pd.Series:
-        mask = pd.Series(True, index=frame.index)
-        for column, value in equal.items():
-            mask &= frame[column] == value
-        return mask
-
-    return select
+    """The rows of a frame whose columns hold every value of ``equal``."""
+    return lambda frame: frame[list(equal)].eq(pd.Series(equal)).all(axis=1)
 
 
 def table4() -> list[dict]:
