@@ -37,9 +37,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from structattn_lite.models import build_model
 from structattn_lite.training.driver import run_alone
-from structattn_lite.training.losses import get_loss
+from structattn_lite.training.losses import get_loss, per_seed_loss
 from structattn_lite.training.seed_batching import stack_models
-from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
+from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.state_tracking import (
     CSPRun,
     csp_record,

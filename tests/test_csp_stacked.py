@@ -13,10 +13,9 @@ import torch
 from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
 from structattn_lite.models.csp_stacked import StackedCSP, _pairs
 from structattn_lite.training import state_tracking
-from structattn_lite.training.losses import LOSSES, get_loss
+from structattn_lite.training.losses import LOSSES, get_loss, per_seed_loss
 from structattn_lite.training.stacked_trainer import (
     per_seed_grad_norm,
-    per_seed_loss,
     step_seeds,
     unit_adam,
 )

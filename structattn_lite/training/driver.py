@@ -20,10 +20,10 @@ from torch import nn
 
 from structattn_lite.records import RunRecord, without_seed
 from structattn_lite.training.checkpoint import CheckpointPlan
-from structattn_lite.training.losses import get_loss
+from structattn_lite.training.losses import get_loss, per_seed_loss
 from structattn_lite.training.metrics import predict
 from structattn_lite.training.seed_batching import stack_models, unstack_model
-from structattn_lite.training.stacked_trainer import StackedTrainer, per_seed_loss
+from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.trainer import Trainer
 
 

@@ -16,6 +16,8 @@ differs from ``"ce"`` only when labels are ignored (padded Dyck-1 strings).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -140,7 +142,7 @@ def cross_entropy_all_positions(logits: torch.Tensor, target: torch.Tensor) -> t
 
 
 # name -> (per-position terms, how they are averaged): what ``get_loss(name)`` computes,
-# for a trainer that averages them itself (one mean per seed: ``stacked_trainer``).
+# for a trainer that averages them itself (one mean per seed: ``per_seed_loss``).
 TERMS = {
     "focal": (focal_class_terms, "labelled"),
     "focal_constant": (focal_constant_terms, "labelled"),
@@ -157,3 +159,22 @@ def get_loss(name: str):
         "ce": cross_entropy,
         "ce_all_positions": cross_entropy_all_positions,
     }[name]
+
+
+def per_seed_loss(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``losses.get_loss(name)`` applied to each seed: logits [S, ..., C], y [S, ...] -> [S].
+
+    The per-position terms are ``losses``' own (``losses.TERMS``), computed for all seeds
+    at once and averaged once per seed.
+    """
+    get_loss(name)  # validates the name
+    terms, average = TERMS[name]
+
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        n_seeds = logits.shape[0]
+        if name == "focal":
+            check_binary(logits.shape[-1])
+        per = terms(logits.reshape(n_seeds, -1, logits.shape[-1]), target.reshape(n_seeds, -1))
+        return reduce(per, target.reshape(n_seeds, -1) != IGNORE_INDEX, average, dim=1)
+
+    return loss

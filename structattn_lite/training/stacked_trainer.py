@@ -30,28 +30,7 @@ from structattn_lite.training.checkpoint import (
 )
 from structattn_lite.training.trainer import OptimConfig, TrainResult
 
-# --- per-seed losses, gradient norms and Adam ------------------------------------------
-
-
-def per_seed_loss(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``losses.get_loss(name)`` applied to each seed: logits [S, ..., C], y [S, ...] -> [S].
-
-    The per-position terms are ``losses``' own (``losses.TERMS``), computed for all seeds
-    at once and averaged once per seed.
-    """
-    from structattn_lite.training.losses import IGNORE_INDEX, TERMS, check_binary, get_loss, reduce
-
-    get_loss(name)  # validates the name
-    terms, average = TERMS[name]
-
-    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        n_seeds = logits.shape[0]
-        if name == "focal":
-            check_binary(logits.shape[-1])
-        per = terms(logits.reshape(n_seeds, -1, logits.shape[-1]), target.reshape(n_seeds, -1))
-        return reduce(per, target.reshape(n_seeds, -1) != IGNORE_INDEX, average, dim=1)
-
-    return loss
+# --- per-seed gradient norms and Adam ------------------------------------------
 
 
 def per_seed_grad_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
