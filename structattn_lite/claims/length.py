@@ -74,22 +74,23 @@ def wider_field() -> list[dict]:
 
 
 def _wider_field_theirs() -> list[dict]:
-    from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS
-    from structattn_lite.studies.length.results import chosen_rates
+    from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS
+    from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
 
     curves = read("length_grazzi.csv.gz")
     length, longest = GRAZZI_TEST_LENGTHS
+    if curves is not None:
+        parity = curves[curves["task"] == "parity"]
+        rates, chosen = chosen_rates(parity), at_chosen_rates(parity)
     rows = []
     for ident, model, words, source, published in WIDER_FIELD:
         at, far, rate_note = pd.DataFrame(columns=["seq_acc"]), pd.Series(dtype=float), ""
         if curves is not None and (curves["model"] == model).any():
-            rates = chosen_rates(curves[curves["task"] == "parity"])
             mine = rates[rates["model"] == model]
-            lr = float(mine.loc[mine["chosen"], "lr"].iloc[0])
             tried = ", ".join(f"{r.lr:g}: {r.val_acc:.3f}" for r in mine.itertuples())
-            rate_note = f"; rate {lr:g} chosen on validation at 64-128 ({tried})"
-            runs = curves[(curves["task"] == "parity") & (curves["model"] == model) &
-                          (curves["lr"] == lr)]  # fmt: skip
+            rate_note = (f"; rate {mine.loc[mine['chosen'], 'lr'].iloc[0]:g} chosen on validation "
+                         f"at {'-'.join(map(str, GRAZZI_VAL_LENGTHS))} ({tried})")  # fmt: skip
+            runs = chosen[chosen["model"] == model]
             at = runs[runs["length"] == length]
             far = runs.loc[runs["length"] == longest, "seq_acc"].dropna()
         row = equivalence_row(

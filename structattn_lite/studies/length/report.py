@@ -335,20 +335,19 @@ def grazzi_table(curves: pd.DataFrame) -> pd.DataFrame:
     from structattn_lite import stats
     from structattn_lite.report import model_style
     from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS
-    from structattn_lite.studies.length.results import chosen_rates
+    from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
 
-    rates = chosen_rates(curves)
+    rates, chosen = chosen_rates(curves), at_chosen_rates(curves)
     rows = []
     for (task, model), g in rates.groupby(["task", "model"], sort=False):
-        lr = float(g.loc[g["chosen"], "lr"].iloc[0])
         row = {"task": task, "model": model_style(model)["name"]}
         row |= {f"validation at lr {r.lr:g}": round(r.val_acc, 3) for r in g.itertuples()}
-        row["chosen lr"] = f"{lr:g}"
-        runs = curves[(curves["task"] == task) & (curves["model"] == model) & (curves["lr"] == lr)]
+        row["chosen lr"] = f"{g.loc[g['chosen'], 'lr'].iloc[0]:g}"
+        runs = chosen[(chosen["task"] == task) & (chosen["model"] == model)]
         for length in GRAZZI_TEST_LENGTHS:
             values = runs.loc[runs["length"] == length, "seq_acc"].dropna().tolist()
-            mean, low, high, n = stats.mean_interval(values)
-            row[f"test L={length}"] = f"{mean:.3f} [{max(low, 0):.3f}, {min(high, 1):.3f}] ({n})"
+            mean, low, high, n = stats.mean_interval(values, bounds=stats.UNIT)
+            row[f"test L={length}"] = f"{mean:.3f} [{low:.3f}, {high:.3f}] ({n})"
         rows.append(row)
     return pd.DataFrame(rows).set_index(["task", "model"])
 
@@ -361,9 +360,9 @@ def grazzi_figure(curves: pd.DataFrame):
     from matplotlib.lines import Line2D
 
     from structattn_lite.report import figure_size, model_style
-    from structattn_lite.studies.length.results import chosen_rates
+    from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
 
-    rates = chosen_rates(curves)
+    rates, chosen = chosen_rates(curves), at_chosen_rates(curves)
     models = list(dict.fromkeys(curves["model"]))
     fig, (left, right) = plt.subplots(
         1, 2, figsize=figure_size(2, height=3.2), layout="constrained", width_ratios=(1, 1.6)
@@ -376,7 +375,7 @@ def grazzi_figure(curves: pd.DataFrame):
         pick = g[g["chosen"]]
         left.scatter(pick["lr"], pick["val_acc"], s=120, facecolors="none",
                      edgecolors=style["color"], lw=1.2)  # fmt: skip
-        runs = curves[(curves["model"] == model) & (curves["lr"] == float(pick["lr"].iloc[0]))]
+        runs = chosen[chosen["model"] == model]
         mean = runs.groupby("length")["seq_acc"].mean()
         right.plot(mean.index, mean.values, color=style["color"], ls=style["ls"],
                    marker=style["marker"], lw=1)  # fmt: skip
@@ -384,7 +383,7 @@ def grazzi_figure(curves: pd.DataFrame):
     left.set(xscale="log", xlabel="learning rate (Adam, constant)", ylim=(0.4, 1.02),
              ylabel="validation accuracy, lengths 64-128",
              title="the rate, chosen on validation")  # fmt: skip
-    right.axvspan(1, 40, color="0.92", lw=0)
+    right.axvspan(1, curves["train_length"].max(), color="0.92", lw=0)
     right.text(6, 0.45, "training\nlengths", fontsize=7, ha="center")
     right.axhline(0.5, color="0.5", ls=":", lw=0.8)
     right.set(xscale="log", xlabel="string length L", ylim=(0.4, 1.02),

@@ -112,6 +112,12 @@ def chosen_rates(curves: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def at_chosen_rates(curves: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``curves`` trained at their (task, model)'s chosen rate (``chosen_rates``)."""
+    rates = chosen_rates(curves)
+    return curves.merge(rates.loc[rates["chosen"], ["task", "model", "lr"]])
+
+
 # Grids whose committed file is kept across sessions: an export replaces the rows of the
 # runs it holds and keeps the others (the authors' mod-3 runs were retrained alone when
 # their vocabulary became the authors' 3).
