@@ -40,24 +40,13 @@ MODEL_SIZES = {
 }
 GRIDS = {
     "smoke": {
-        "tasks": ("parity",),
-        "models": ("lstm", "csp_authors"),
-        "protocols": ("fixed",),
-        "seeds": (0,),
-        "epochs": 2,
-        "n": 300,
-        "max_eval_length": 64,
-        "n_eval": 32,
+        "tasks": ("parity",), "models": ("lstm", "csp_authors"), "protocols": ("fixed",),
+        "seeds": (0,), "epochs": 2, "n": 300, "max_eval_length": 64, "n_eval": 32,
     },
     "quick": {
-        "tasks": ("parity",),
-        "models": ("lstm", "csp_authors", "diag_rnn_neg"),
-        "protocols": ("fixed",),
-        "seeds": (0,),
-        "epochs": 8,
-        "n": 2000,
-        "max_eval_length": 256,
-        "n_eval": 100,
+        "tasks": ("parity",), "models": ("lstm", "csp_authors", "diag_rnn_neg"),
+        "protocols": ("fixed",), "seeds": (0,), "epochs": 8, "n": 2000,
+        "max_eval_length": 256, "n_eval": 100,
     },
     # committed: the fixed protocol at a budget where the training length is fit: every run
     # trains until its validation whole-string accuracy has held 0.999 for 3 epochs, at
@@ -126,7 +115,7 @@ GRIDS = {
         "max_eval_length": 256,
         "n_eval": 500,
     },
-}
+}  # fmt: skip
 
 
 # authors_short: the authors' grid at a fifth of the epochs (60, the cosine over those 60),
