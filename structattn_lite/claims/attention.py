@@ -181,12 +181,8 @@ def attention() -> list[dict]:
     attention_row = functools.partial(_attention_row, protocol=protocol, untuned=untuned)
 
     def col(part, variant, column, fraction=1.0, precision="float32"):
-        pick = finals[
-            (finals["part"] == part)
-            & (finals["variant"] == variant)
-            & (finals["fraction"] == fraction)
-            & (finals["precision"] == precision)
-        ]
+        pick = finals[(finals["part"] == part) & (finals["variant"] == variant)
+                      & (finals["fraction"] == fraction) & (finals["precision"] == precision)]  # fmt: skip
         return pick.sort_values("seed")[column].tolist()  # fmt: skip
 
     bpc, m = stats.BPC_MARGIN, "matroidal m=2d"
@@ -259,16 +255,11 @@ def attention() -> list[dict]:
     rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}
     best, runner = sorted(sizes, key=lambda k: sum(sizes[k]) / max(len(sizes[k]), 1))[:2]
-    rows.append(
-        attention_row(
-            "attention/best_m",
-            f"one support size m is best (lowest validation bpc: m={best})",
-            stats.difference(sizes[best], sizes[runner], claim="less"),
-            f"m={best} minus the next best (m={runner}), Welch; below 0",
-            {f"m={k}": v for k, v in sizes.items()},
-            seeds=len(sizes[best]),
-        )
-    )
+    rows.append(attention_row(
+        "attention/best_m", f"one support size m is best (lowest validation bpc: m={best})",
+        stats.difference(sizes[best], sizes[runner], claim="less"),
+        f"m={best} minus the next best (m={runner}), Welch; below 0",
+        {f"m={k}": v for k, v in sizes.items()}, seeds=len(sizes[best])))  # fmt: skip
     pruned = col("main", m, "prune_val_bpc_0.5")
     rows.append(_attention_row(  # one variant against itself: the tuning rule has no say
         "attention/pruning", f"{name(m)} keeps its validation bpc (within {bpc}) with half its "
