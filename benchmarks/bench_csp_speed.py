@@ -15,8 +15,8 @@
    cannot be met by removing overhead alone.
 3. seconds per epoch of a whole run (epochs=1: one pass over the training split in
    batches of 64, then train and test scored): the reference model on a ``Trainer``
-   (``driver.run_alone``, the tests' reference) vs ``run_csp`` (a stack of one seed, every
-   CSP run's path) vs ``run_csp_stacked`` of ``--seeds`` seeds.
+   (``driver.run_alone``, the tests' reference) vs ``runs.train`` of one config (a stack of one seed, every
+   CSP run's path) vs ``runs.train`` of ``--seeds`` seeds.
 
 Times are this thread's CPU time (time.thread_time), which other processes on a shared
 machine do not inflate as they do wall-clock time; the variants of a table take turns
@@ -36,17 +36,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from structattn_lite.models import build_model
+from structattn_lite.runs import train
 from structattn_lite.training.driver import run_alone
 from structattn_lite.training.losses import get_loss, per_seed_loss
 from structattn_lite.training.seed_batching import stack_models
 from structattn_lite.training.stacked_trainer import StackedTrainer
-from structattn_lite.training.state_tracking import (
-    CSPRun,
-    csp_record,
-    csp_setup,
-    run_csp,
-    run_csp_stacked,
-)
+from structattn_lite.training.state_tracking import CSPRun, csp_record, csp_setup
 from structattn_lite.training.trainer import OptimConfig, Trainer
 
 SIZES = {  # name -> (presets, d_model, labels, loss, n strings for the epoch table)
@@ -201,8 +196,8 @@ def main(argv=None):
         )
         variants = {
             "reference, 1 seed": lambda one=one: [run_alone(csp_setup(one[0]), csp_record)],
-            "stacked, 1 seed": lambda one=one: [run_csp(one[0], progress=False)],
-            f"stacked, {k} seeds": lambda many=many: run_csp_stacked(many),
+            "stacked, 1 seed": lambda one=one: [train("grokking", one[0], progress=False)],
+            f"stacked, {k} seeds": lambda many=many: train("grokking", many),
         }
         times = interleaved_fit_seconds(variants, args.epoch_reps)
         summary(times, 1.0, "reference, 1 seed")

@@ -1,9 +1,9 @@
-"""K seeds trained together (one stacked model, ``run_csp_stacked``) vs K runs one after another
-(each a stack of one seed, ``run_csp``).
+"""K seeds trained together (one stacked model, ``runs.train`` of a list) vs K runs one after another
+(each a stack of one seed, ``runs.train`` of one config).
 
     .venv/bin/python benchmarks/bench_seed_batching.py [--seeds 3] [--threads 1]
 
-Times ``run_csp`` for each seed against ``run_csp_stacked`` on the same configs (a short
+Times ``runs.train`` of each seed against ``runs.train`` of them all on the same configs (a short
 parity run with per-prefix labels) at a few model sizes, and prints the speedup.
 """
 
@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
+from structattn_lite.runs import train
+from structattn_lite.training.state_tracking import CSPRun
 
 
 def configs(k, d_model, n_layers, epochs, scan):
@@ -45,10 +46,10 @@ def main(argv=None):
         cfgs = configs(args.seeds, d_model, n_layers, args.epochs, scan)
         start = time.perf_counter()
         for c in cfgs:
-            run_csp(c, progress=False)
+            train("grokking", c, progress=False)
         sequential = time.perf_counter() - start
         start = time.perf_counter()
-        run_csp_stacked(cfgs)
+        train("grokking", cfgs)
         batched = time.perf_counter() - start
         label = f"csp d={d_model}, {n_layers} layer(s), {scan}"
         print(

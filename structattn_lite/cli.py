@@ -121,7 +121,7 @@ def _check(args) -> None:
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, kinds=TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:
-        from structattn_lite.executors import connect_ray
+        from structattn_lite.runs import connect_ray
 
         connect_ray(args.address)  # a bad or unreachable address: one line, before training
     if args.command == "study":  # the attention notebook reads PTB, or the fallback

@@ -8,10 +8,10 @@ import torch
 
 from structattn_lite.records import RunStore
 from structattn_lite.report import style
-from structattn_lite.runs import sweep
+from structattn_lite.runs import sweep, train
 from structattn_lite.studies.ablations import experiment as ab
 from structattn_lite.studies.ablations import report as ct
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.state_tracking import CSPRun
 from structattn_lite.training.trainer import OptimConfig
 
 
@@ -124,7 +124,7 @@ def _tiny(seed, **kw):
 
 def test_a_seed_batched_sweep_equals_per_seed_runs_and_is_reloaded(tmp_path):
     """``sweep(..., seed_batching=True)`` trains the seeds of a config together
-    (``run_csp_stacked``), gives the records per-seed runs give, and reloads them."""
+    (``runs.train`` of a list), gives the records per-seed runs give, and reloads them."""
     # float64: CSP's training is chaotic at float32 rounding level (differences grow
     # ~10x per step), so equality is checked where rounding is negligible.
     configs = [_tiny(s) for s in (0, 1, 2)]
@@ -170,7 +170,10 @@ def test_paper_table4_grid_is_table4_in_the_paper_setting():
 def test_paper_table4_export_keeps_rows_of_earlier_sessions(tmp_path, monkeypatch):
     monkeypatch.setattr(ab, "results_dir", lambda: tmp_path)
     runs = [dataclasses.replace(c, epochs=1, n=200) for c in ab.grid("paper_table4")]
-    first, second = run_csp(runs[1], progress=False), run_csp(runs[0], progress=False)
+    first, second = (
+        train("grokking", runs[1], progress=False),
+        train("grokking", runs[0], progress=False),
+    )
     (path,) = ab.export([first], grid="paper_table4")
     ab.export([second], grid="paper_table4")
     table = pd.read_csv(path)

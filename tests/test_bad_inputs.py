@@ -142,7 +142,7 @@ def fake_ray(monkeypatch):
 
 
 def test_a_local_ray_instance_listens_on_loopback_only(fake_ray):
-    from structattn_lite.executors import connect_ray
+    from structattn_lite.runs import connect_ray
 
     connect_ray()
     (call,) = fake_ray.calls
@@ -293,13 +293,12 @@ def test_overlap_stats_are_linear_in_the_length():
 
 
 def test_ctrl_c_exits_130_with_one_line(runs_here, monkeypatch, capsys):
-    from structattn_lite import cli
-    from structattn_lite.studies.grokking import experiment as grokking
+    from structattn_lite import cli, runs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(grokking, "run", interrupted)
+    monkeypatch.setattr(runs, "train", interrupted)
     assert cli.main(["run", "grokking", "--profile", "smoke"]) == 130
     err = [line for line in capsys.readouterr().err.splitlines() if "structattn" in line]
     assert err == [f"structattn: {cli.INTERRUPTED}"] and "resumes" in err[0]
@@ -390,12 +389,10 @@ def test_a_run_on_cuda_uses_deterministic_kernels(monkeypatch, restore_determini
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 
 
-def test_each_run_unit_on_cuda_is_deterministic_in_its_own_process(
-    monkeypatch, restore_determinism
-):
+def test_each_unit_on_cuda_is_deterministic_in_its_own_process(monkeypatch, restore_determinism):
     import torch
 
-    from structattn_lite.runs import run_unit
+    from structattn_lite.runs import train
 
     torch.use_deterministic_algorithms(False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -405,7 +402,7 @@ def test_each_run_unit_on_cuda_is_deterministic_in_its_own_process(
         def run(self, cfg, progress, callbacks, device, checkpoint):
             seen.append((device, torch.are_deterministic_algorithms_enabled()))
 
-    run_unit(Study(), Toy(), device="cuda")  # as a Ray worker runs it
+    train(Study(), Toy(), device="cuda")  # as a Ray worker runs it
     assert seen == [("cuda", True)]
 
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from structattn_lite.models import BASELINES, MODELS, build_model, count_parameters
-from structattn_lite.studies.length.experiment import MODEL_SIZES, LengthRun, run_length
+from structattn_lite.runs import train
+from structattn_lite.studies.length.experiment import MODEL_SIZES, LengthRun
 from structattn_lite.training.trainer import OptimConfig
 
 
@@ -64,5 +65,5 @@ def test_each_baseline_learns_short_parity(name):
         train_length=length, epochs=12, steps_per_epoch=25, optim=OptimConfig(lr=lr),
         max_eval_length=length, n_eval=256,
     )  # fmt: skip
-    acc = run_length(cfg).extra["curve"]["all_acc"][-1]
+    acc = train("length", cfg).extra["curve"]["all_acc"][-1]
     assert acc >= bound, f"{name} reached {acc:.3f} on parity at T={length} (bound {bound})"

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from structattn_lite.models import CSP_PRESETS, build_model, csp_config
 from structattn_lite.models.csp import CSPBlock, linear_recurrence_loop
 from structattn_lite.records import RunStore
-from structattn_lite.runs import sweep
+from structattn_lite.runs import sweep, train
 from structattn_lite.training.losses import cross_entropy, focal_loss, get_loss
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.state_tracking import CSPRun
 from structattn_lite.training.trainer import Callback, OptimConfig, Trainer
 
 
@@ -148,10 +148,13 @@ def small_run(**changes) -> CSPRun:
 
 
 def test_identical_seed_gives_identical_history():
-    a, b = run_csp(small_run(seed=4), progress=False), run_csp(small_run(seed=4), progress=False)
+    a, b = (
+        train("grokking", small_run(seed=4), progress=False),
+        train("grokking", small_run(seed=4), progress=False),
+    )
     pd.testing.assert_frame_equal(a.history, b.history)
     assert a.extra["step_grad_norms"] == b.extra["step_grad_norms"]
-    c = run_csp(small_run(seed=5), progress=False)
+    c = train("grokking", small_run(seed=5), progress=False)
     assert not a.history["train_loss"].equals(c.history["train_loss"])
 
 
@@ -161,7 +164,7 @@ def test_csp_learns_parity_on_unseen_strings():
     float32 trajectory (8 seeds: 3 did on the reference route, 2 on the stacked one, which
     every CSP run takes); seed 4 gets there on both."""
     cfg = small_run(epochs=20, hold_perfect=3, preset="code_switches", seed=4)
-    record = run_csp(cfg, progress=False)
+    record = train("grokking", cfg, progress=False)
     assert record.status in ("ok", "early_stop")
     assert record.history["test_acc"].iloc[-1] >= 0.99
     assert record.extra["data"]["test_in_train"] == 0.0

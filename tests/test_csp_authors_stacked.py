@@ -1,5 +1,5 @@
 """The seed-stacked authors' CSP equals models/csp_authors.py, and trains (seeds stacked,
-or one seed: ``run_csp``) as the reference model does on a ``Trainer``."""
+or one seed: ``runs.train`` of one config) as the reference model does on a ``Trainer``."""
 
 import copy
 import statistics
@@ -14,7 +14,8 @@ from structattn_lite.models.csp_authors_stacked import (
     StackedAuthorsCSP,
     _key,
 )
-from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
+from structattn_lite.runs import train
+from structattn_lite.training.state_tracking import CSPRun
 from structattn_lite.training.trainer import OptimConfig
 
 
@@ -127,9 +128,9 @@ def test_each_seed_of_a_stacked_run_equals_its_reference_run(preset, labels, los
         ]  # fmt: skip
         alone = [stack_support.reference_run(c) for c in configs]
         if n_seeds == 1:
-            together = [run_csp(configs[0], progress=False)]
+            together = [train("grokking", configs[0], progress=False)]
         else:
-            together = run_csp_stacked(configs)
+            together = train("grokking", configs)
     finally:
         torch.set_default_dtype(old)
     for a, b in zip(alone, together, strict=True):

@@ -12,6 +12,7 @@ import torch
 
 from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
 from structattn_lite.models.csp_stacked import StackedCSP, _pairs
+from structattn_lite.runs import train
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss, per_seed_loss
 from structattn_lite.training.stacked_trainer import (
@@ -19,7 +20,7 @@ from structattn_lite.training.stacked_trainer import (
     step_seeds,
     unit_adam,
 )
-from structattn_lite.training.state_tracking import CSPRun, run_csp, run_csp_stacked
+from structattn_lite.training.state_tracking import CSPRun
 from structattn_lite.training.trainer import OptimConfig
 
 # One switch at a time away from each preset: every value CSPConfig accepts appears.
@@ -279,7 +280,7 @@ def assert_same_record(alone, together):
 )
 @pytest.mark.parametrize("n_seeds", [1, 3])
 def test_each_seed_of_a_stacked_run_equals_its_reference_run(changes, n_seeds):
-    """Seeds stacked, and one seed alone (``run_csp``: a stack of one), each equal the
+    """Seeds stacked, and one seed alone (``runs.train`` of one config: a stack of one), each equal the
     reference model trained on a ``Trainer``."""
     # float64: CSP training amplifies float32 rounding about tenfold per step, so after a
     # few dozen steps two correct float32 runs differ by far more than 1e-5
@@ -289,9 +290,9 @@ def test_each_seed_of_a_stacked_run_equals_its_reference_run(changes, n_seeds):
         configs = [tiny_run(s, **changes) for s in range(n_seeds)]
         alone = [stack_support.reference_run(c) for c in configs]
         if n_seeds == 1:
-            together = [run_csp(configs[0], progress=False)]
+            together = [train("grokking", configs[0], progress=False)]
         else:
-            together = run_csp_stacked(configs)
+            together = train("grokking", configs)
     finally:
         torch.set_default_dtype(old)
     for a, b in zip(alone, together, strict=True):
@@ -313,10 +314,10 @@ def test_a_diverging_seed_stops_alone(monkeypatch):
     monkeypatch.setattr(state_tracking, "build_csp_model", exploding)
     options = {"d_model": 8, "n_layers": 1, "norm": "none", "silu": "none", "skip": False}
     configs = [tiny_run(s, length=64, n=200, model_options=options) for s in (0, 1, 2)]
-    together = run_csp_stacked(configs)
+    together = train("grokking", configs)
     assert [r.status for r in together] == ["ok", "diverged", "ok"]
     assert "non-finite" in together[1].reason and len(together[1].history) == 0
-    alone = run_csp(configs[1], progress=False)  # the guard of a stack of one seed
+    alone = train("grokking", configs[1], progress=False)  # the guard of a stack of one seed
     assert alone.status == "diverged" and alone.reason == together[1].reason
     old = torch.get_default_dtype()
     for s in (0, 2):  # the others trained on as if alone (float32: compare the first steps)
@@ -333,17 +334,17 @@ def test_a_diverging_seed_stops_alone(monkeypatch):
 
 def test_mixed_configs_are_rejected_and_baselines_run_one_by_one():
     with pytest.raises(ValueError, match="differ only in their seed"):
-        run_csp_stacked([tiny_run(0), tiny_run(1, loss="ce")])
+        train("grokking", [tiny_run(0), tiny_run(1, loss="ce")])
     configs = [tiny_run(s, model="diag_rnn", preset=None, epochs=1) for s in (0, 1)]
-    records = run_csp_stacked(configs)
+    records = train("grokking", configs)
     for c, r in zip(configs, records, strict=True):
-        assert_same_record(run_csp(c, progress=False), r)
+        assert_same_record(train("grokking", c, progress=False), r)
         assert "seed_batched" not in r.extra
 
 
 def test_seeds_whose_data_differ_in_shape_train_as_stacks_of_one(monkeypatch):
     """Seeds that cannot share one stack (here seed 1 has fewer test strings) each train
-    as a stack of one seed, as ``run_csp`` trains them."""
+    as a stack of one seed, as ``runs.train`` trains them."""
     real = state_tracking.csp_setup
 
     def shorter(cfg):
@@ -355,7 +356,7 @@ def test_seeds_whose_data_differ_in_shape_train_as_stacks_of_one(monkeypatch):
 
     monkeypatch.setattr(state_tracking, "csp_setup", shorter)
     configs = [tiny_run(s, epochs=2) for s in (0, 1)]
-    records = run_csp_stacked(configs)
+    records = train("grokking", configs)
     assert [r.extra["seed_batched"] for r in records] == [1, 1]
     for c, r in zip(configs, records, strict=True):
-        pd.testing.assert_frame_equal(r.history, run_csp(c, progress=False).history)
+        pd.testing.assert_frame_equal(r.history, train("grokking", c, progress=False).history)

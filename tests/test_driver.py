@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from structattn_lite.runs import train
 from structattn_lite.studies.length import experiment as ls
 from structattn_lite.training import driver
 from structattn_lite.training.driver import ValidationStop
@@ -51,9 +52,9 @@ def test_each_seed_of_a_stacked_length_run_equals_its_reference_run(n_seeds):
         configs = [tiny_length_run(s) for s in range(n_seeds)]
         alone = [reference_length_run(c) for c in configs]
         if n_seeds == 1:
-            together = [ls.run_length(configs[0])]
+            together = [train("length", configs[0])]
         else:
-            together = ls.run_seeds(configs)
+            together = train("length", configs)
     finally:
         torch.set_default_dtype(old)
     for a, b in zip(alone, together, strict=True):
@@ -81,7 +82,7 @@ def test_seeds_that_draw_fresh_strings_train_stacked_as_their_reference_runs(n_s
             for s in range(n_seeds)
         ]
         alone = [reference_length_run(c) for c in configs]
-        together = ls.run_seeds(configs)
+        together = train("length", configs)
     finally:
         torch.set_default_dtype(old)
     assert [r.config["seed"] for r in together] == list(range(n_seeds))
@@ -90,4 +91,4 @@ def test_seeds_that_draw_fresh_strings_train_stacked_as_their_reference_runs(n_s
         pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-5, atol=1e-5)
         assert a.extra["steps"] == b.extra["steps"] == 6
     with pytest.raises(ValueError, match="differ only in their seed"):
-        ls.run_seeds([tiny_length_run(0), tiny_length_run(1, epochs=2)])
+        train("length", [tiny_length_run(0), tiny_length_run(1, epochs=2)])

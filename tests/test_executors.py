@@ -31,13 +31,13 @@ from torch.fx.experimental import _config as fx_config
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from structattn_lite.executors import execute
+from structattn_lite import runs
 from structattn_lite.locking import RunLock
 from structattn_lite.models import CSP_PRESETS, MODELS, build_model
 from structattn_lite.records import RunRecord, RunStore, config_dict, config_hash
-from structattn_lite.runs import sweep
+from structattn_lite.runs import execute, sweep, train
 from structattn_lite.training.losses import LOSSES, get_loss
-from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, run_csp
+from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun
 from structattn_lite.training.trainer import OptimConfig, Trainer
 
 TINY = dict(task="parity", n=96, length=8, epochs=2, batch_size=32)
@@ -53,7 +53,7 @@ def run_or_fail(cfg: CSPRun, checkpoint=None):
     """A study's run, except that seed 13 raises (module level: Ray pickles it)."""
     if cfg.seed == 13:
         raise RuntimeError("seed 13 is unlucky")
-    return run_csp(cfg, progress=False, checkpoint=checkpoint)
+    return train("grokking", cfg, progress=False, checkpoint=checkpoint)
 
 
 def comparable(record) -> dict:
@@ -203,9 +203,6 @@ class ScriptedStudy:
         time.sleep(self.seconds)
         return job_record(cfg)
 
-    def run_seeds(self, cfgs, progress=False, device="cpu", checkpoint=None):
-        return [self.run(c) for c in cfgs]
-
 
 def job_key(cfg: Job) -> str:
     return config_hash(ScriptedStudy.EXPERIMENT, cfg)
@@ -216,11 +213,23 @@ def job_record(cfg: Job, acc: float = 0.5) -> RunRecord:
     return RunRecord(ScriptedStudy.EXPERIMENT, job_key(cfg), config_dict(cfg), history)
 
 
+class StackingScriptedStudy(ScriptedStudy):
+    """A scripted study whose seeds train together: it describes its runs (``setup``), so
+    the sweep groups them, and the driver it goes to is scripted too (see the test)."""
+
+    def setup(self, cfg):
+        return cfg
+
+    record = None
+
+
 @pytest.mark.parametrize("seed_batching", [False, True])
-def test_sweep_locks_a_unit_only_when_it_trains(tmp_path, seed_batching):
+def test_sweep_locks_a_unit_only_when_it_trains(tmp_path, monkeypatch, seed_batching):
     store = RunStore(tmp_path)
     grid = [Job(seed=s, lr=lr) for lr in (0.1, 0.2) for s in (0, 1)]
-    study = ScriptedStudy(store)
+    study = StackingScriptedStudy(store)
+    scripted_driver = lambda configs, setup, record, **_: [study.run(setup(c)) for c in configs]  # noqa: E731
+    monkeypatch.setattr(runs, "train_seeds", scripted_driver)
     records = sweep(study, grid, store=store, progress=False, seed_batching=seed_batching)
     assert [r.key for r in records] == [job_key(c) for c in grid]
     assert [c for c, _ in study.calls] == grid

@@ -16,6 +16,7 @@ import torch
 from toy_study import Toy, ToyStudy
 
 from structattn_lite import cli, locking, records
+from structattn_lite import runs as run_driver
 from structattn_lite.data import text
 from structattn_lite.data.splits import make_dataset
 from structattn_lite.locking import RunLock, RunLockedError
@@ -298,11 +299,20 @@ def fake_run(cfg, progress=False, callbacks=(), device="cpu", checkpoint=None):
     return RunRecord(EXPERIMENT, config_hash(EXPERIMENT, cfg), config_dict(cfg), history)
 
 
+def trained_by(run_one):
+    """The run driver's ``train`` with each config of a unit run by ``run_one``."""
+
+    def train(study, unit, **kwargs):
+        return [run_one(c) for c in unit] if isinstance(unit, list) else run_one(unit)
+
+    return train
+
+
 @pytest.fixture
 def runs(tmp_path, monkeypatch):
     """A fresh run store, and grokking runs that take no time."""
     monkeypatch.setenv("STRUCTATTN_RUNS", str(tmp_path))
-    monkeypatch.setattr(grokking, "run", fake_run)
+    monkeypatch.setattr(run_driver, "train", trained_by(fake_run))
     return tmp_path
 
 
@@ -363,12 +373,12 @@ def test_run_exits_nonzero_naming_a_failed_run(runs, monkeypatch, capsys):
             raise RuntimeError("boom")
         return fake_run(cfg, **kwargs)
 
-    monkeypatch.setattr(grokking, "run", fail_one)
+    monkeypatch.setattr(run_driver, "train", trained_by(fail_one))
     with pytest.warns(UserWarning, match="boom"):
         assert cli.main(SMOKE) == 1
     err = capsys.readouterr().err
     assert config_hash(EXPERIMENT, failing) in err and "boom" in err
-    monkeypatch.setattr(grokking, "run", fake_run)
+    monkeypatch.setattr(run_driver, "train", trained_by(fake_run))
     assert cli.main(SMOKE) == 0  # rerun: the failed run trains again and all is well
 
 
@@ -401,7 +411,7 @@ def test_export_exits_nonzero_when_a_run_failed(runs, monkeypatch, capsys, tmp_p
             raise RuntimeError("boom")
         return fake_run(cfg, **kwargs)
 
-    monkeypatch.setattr(grokking, "run", fail_one)
+    monkeypatch.setattr(run_driver, "train", trained_by(fail_one))
     grid = list(grokking.COMMITTED_CSV)[0]
     with pytest.warns(UserWarning, match="boom"):
         assert cli.main(["export", "grokking", "--grid", grid]) == 1

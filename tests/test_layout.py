@@ -18,7 +18,7 @@ LAYERS = ("theory", "models", "data", "training")
 PACKAGE_LAYERS = (
     ("foundation", ("", "config", "names", "stats", "records", "locking", "report")),
     ("blocks", ("theory", "models", "data", "attention", "tasks")),
-    ("training", ("training", "executors")),
+    ("training", ("training",)),
     ("studies", ("studies",)),
     ("driver", ("runs",)),
     ("outputs", ("claims", "findings", "committed_figures", "notebook_runner", "dashboard")),

@@ -7,6 +7,7 @@ from torch import nn
 
 from structattn_lite.data.leakage import leakage_table
 from structattn_lite.data.tasks import make_task
+from structattn_lite.runs import train
 from structattn_lite.studies.length import authors as la
 from structattn_lite.studies.length import experiment as ls
 from structattn_lite.studies.length import report as lt
@@ -59,7 +60,7 @@ def test_variable_protocol_runs_and_records_a_curve(tmp_path):
         max_eval_length=32,
         n_eval=16,
     )
-    record = ls.run_length(cfg)
+    record = train("length", cfg)
     curve = pd.DataFrame(record.extra["curve"])
     assert len(curve) == 32 and record.history["test_acc"].between(0, 1).all()
     frame = ls.curves_frame([record])
@@ -264,9 +265,9 @@ def test_the_authors_export_replaces_the_runs_it_holds_and_keeps_the_others(tmp_
     monkeypatch.setitem(ls.GRIDS, "authors", spec)
     configs = ls.grid("authors")
     runs = {(c.task, c.model, c.seed): c for c in configs}
-    first = [ls.run_length(c, progress=False) for c in configs if c.seed == 1]
+    first = [train("length", c, progress=False) for c in configs if c.seed == 1]
     (path,) = ls.export(first, grid="authors")
-    again = ls.run_length(runs[("mod3", "lstm", 0)], progress=False)
+    again = train("length", runs[("mod3", "lstm", 0)], progress=False)
     ls.export([again], grid="authors")
     table = pd.read_csv(path)
     ids = table[["seed", "task", "model"]].drop_duplicates().apply(tuple, axis=1).tolist()

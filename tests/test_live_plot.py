@@ -34,7 +34,8 @@ def test_live_plot_title_names_its_run(monkeypatch):
 def test_a_csp_run_feeds_live_plots_and_its_progress_bar(monkeypatch, capsys):
     """A CSP run trains seed-stacked (one seed): callbacks still see every step and every
     epoch's row with the run's name, as on a Trainer, and the progress bar shows the run."""
-    from structattn_lite.training.state_tracking import CSPRun, run_csp
+    from structattn_lite.runs import train
+    from structattn_lite.training.state_tracking import CSPRun
 
     shown, steps = [], []
     monkeypatch.setattr(report, "display", shown.append)
@@ -44,7 +45,7 @@ def test_a_csp_run_feeds_live_plots_and_its_progress_bar(monkeypatch, capsys):
             steps.append((trainer.run_name, loss, grad_norm))
 
     cfg = CSPRun(n=100, length=8, epochs=2, batch_size=32, model_options={"d_model": 8})
-    record = run_csp(cfg, callbacks=[report.LivePlot(), Steps()], progress=True)
+    record = train("grokking", cfg, callbacks=[report.LivePlot(), Steps()], progress=True)
     assert record.extra["seed_batched"] == 1
     titles = [fig.get_suptitle() for fig in shown]
     assert titles == ["parity/paper/s0, epoch 1", "parity/paper/s0, epoch 2"]

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import structattn_lite.training.state_tracking as state_tracking
+from structattn_lite.runs import train
 from structattn_lite.studies.length import experiment as length
-from structattn_lite.training.state_tracking import CSPRun, run_csp
+from structattn_lite.training.state_tracking import CSPRun
 from structattn_lite.training.trainer import OptimConfig
 
 TRAINING_COLUMNS = ["epoch", "train_loss", "grad_norm_mean", "grad_norm_max", "lr"]
@@ -37,10 +38,10 @@ def test_csp_early_stop_and_plateau_ignore_the_test_split(monkeypatch):
         model_options={"d_model": 16},
         optim=OptimConfig(lr=1e-2, plateau_patience=1),
     )
-    clean = run_csp(cfg, progress=False)
+    clean = train("grokking", cfg, progress=False)
     real = state_tracking.build_data
     monkeypatch.setattr(state_tracking, "build_data", lambda c: _scramble_test_labels(real(c)))
-    garbled = run_csp(cfg, progress=False)
+    garbled = train("grokking", cfg, progress=False)
     assert clean.status == "early_stop"  # the rule fired, on validation
     assert garbled.status == clean.status and len(garbled.history) == len(clean.history)
     pd.testing.assert_frame_equal(
@@ -62,12 +63,12 @@ def test_length_fit_stop_ignores_the_test_split(monkeypatch):
         model_options={"d_model": 16, "n_layers": 1},
         optim=OptimConfig(lr=1e-2),
     )
-    clean = length.run_length(cfg)
+    clean = train("length", cfg)
     real = length.make_dataset
     monkeypatch.setattr(
         length, "make_dataset", lambda *a, **k: _scramble_test_labels(real(*a, **k))
     )
-    garbled = length.run_length(cfg)
+    garbled = train("length", cfg)
     assert clean.status == "early_stop" and len(clean.history) < cfg.epochs
     assert len(garbled.history) == len(clean.history)
     pd.testing.assert_frame_equal(

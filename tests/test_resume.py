@@ -11,6 +11,7 @@ process is gone is taken over.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -26,12 +27,12 @@ import pytest
 import torch
 from torch import nn
 
-from structattn_lite.executors import run_guarded
 from structattn_lite.locking import RunLock, RunLockedError
+from structattn_lite.runs import run_guarded, train
 from structattn_lite.training import checkpoint as ckpt_module
 from structattn_lite.training.checkpoint import CheckpointPlan, checkpoint_plan
 from structattn_lite.training.stacked_trainer import StackedTrainer
-from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, run_csp, run_csp_stacked
+from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun
 from structattn_lite.training.trainer import Callback, OptimConfig, Trainer, few_threads
 
 # ~0.1 s an epoch on one thread: long enough to kill mid-run, short enough to test.
@@ -43,7 +44,9 @@ KILLED = CSPRun(
 def train_killed_config(checkpoint: str | None) -> tuple[pd.DataFrame, list[float]]:
     """What the subprocess runs (and the test runs in-process to compare)."""
     with few_threads(1):
-        record = run_csp(KILLED, progress=False, checkpoint=checkpoint_plan(checkpoint, every=1))
+        record = train(
+            "grokking", KILLED, progress=False, checkpoint=checkpoint_plan(checkpoint, every=1)
+        )
     return record.history, record.extra["step_grad_norms"]
 
 
@@ -91,14 +94,14 @@ def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path, monkeypatch):
     assert norms == reference_norms
 
 
-# Two seeds trained together, checkpointed through the executors' guard as a sweep does.
+# Two seeds trained together, checkpointed through the run driver's guard as a sweep does.
 STACKED_UNIT = [dataclasses.replace(KILLED, seed=s, epochs=12) for s in (3, 4)]
 
 
 def train_stacked_unit(checkpoint: str | None) -> list[tuple[str, pd.DataFrame, list[float]]]:
     """What the subprocess runs (and the test runs in-process to compare)."""
     records = run_guarded(
-        run_csp_stacked,
+        functools.partial(train, "grokking"),
         STACKED_UNIT,
         EXPERIMENT,
         threads=1,
@@ -300,7 +303,7 @@ def test_a_unit_without_a_stacked_form_trains_its_seeds_without_the_units_checkp
                model_options={"d_model": 8, "n_layers": 1})
         for s in (0, 1)
     ]  # fmt: skip
-    records = run_csp_stacked(unit, checkpoint=checkpoint_plan(path, every=1, stacked=True))
+    records = train("grokking", unit, checkpoint=checkpoint_plan(path, every=1, stacked=True))
     assert [r.status for r in records] == ["ok", "ok"]
     assert [r.extra.get("seed_batched") for r in records] == [None, None]  # one at a time
     assert plans == [None, None] and saved == [] and path.exists()

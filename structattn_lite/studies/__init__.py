@@ -1,10 +1,12 @@
 """The studies, one per numbered notebook, each an ``experiment`` (what is run) and a
-``report`` (tables, figures and widgets from records). They share the contract that
-``structattn_lite.runs.sweep`` relies on: ``EXPERIMENT``, a frozen, validated config
-class, ``grid(name)``, ``run(config, progress=, callbacks=, device=, checkpoint=)``
-(``checkpoint``: a ``training.checkpoint.CheckpointPlan`` or None, which the sweep passes
-and the study hands to its trainer), optionally ``run_seeds(configs, progress=,
-device=, checkpoint=)`` for configs equal but for their seed, and ``export(records, grid)``.
+``report`` (tables, figures and widgets from records). They share the contract that the
+run driver (``structattn_lite.runs``) relies on: ``EXPERIMENT``, a frozen, validated config
+class, ``grid(name)``, ``export(records, grid)``, and how a config trains: either a
+description of its run for ``training.driver.train_seeds`` (``setup(config)`` and
+``record(setup, result, seconds, trained_model, **extra)``, optionally ``eval_chunk(n_seeds)``;
+configs equal but for their seed then train together), or ``run(config, progress=,
+callbacks=, device=, checkpoint=)`` for a study that trains itself (``checkpoint``: a
+``training.checkpoint.CheckpointPlan`` or None, which the driver passes on).
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """One training run of a small sequence model on a state-tracking task.
 
 ``CSPRun`` is everything that determines a run (its hash keys the cached record);
-``run_csp(config)`` builds the data split and the model from it (``csp_setup``), trains
-it through the state-tracking driver (``training.driver``) and returns a ``RunRecord``
-(``csp_record``). The grokking and ablation studies both run these, one seed at a time
-or seeds together (``run_csp_stacked``); a CSP trains seed-stacked either way.
+``csp_setup(config)`` builds the data split and the model from it, the state-tracking
+driver (``training.driver.train_seeds``) trains it, and ``csp_record`` makes its
+``RunRecord``. The grokking and ablation studies both run these, one seed at a time or
+seeds together (``runs.train``); a CSP trains seed-stacked either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -19,13 +18,18 @@ from structattn_lite.data.splits import StateTrackingData, check_size, make_data
 from structattn_lite.data.tasks import LABELS, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
-from structattn_lite.training.driver import Setup, ValidationStop, train_seeds
+from structattn_lite.training.driver import Setup, ValidationStop
 from structattn_lite.training.losses import LOSSES
 from structattn_lite.training.metrics import scores
 from structattn_lite.training.trainer import OptimConfig
 
 EXPERIMENT = "csp"
 EVAL_CHUNK = 256  # evaluation rows per pass, shared by the seeds of a stack (measured best)
+
+
+def eval_chunk(n_seeds: int) -> int:
+    """Evaluation rows per pass for a stack of ``n_seeds`` seeds (each seed's share)."""
+    return max(64, EVAL_CHUNK // max(n_seeds, 1))
 
 
 @dataclass(frozen=True)
@@ -153,39 +157,4 @@ def csp_record(setup: Setup, result, seconds: float, trained_model, **extra) -> 
         seconds=seconds,
         data=setup.context["data"].summary(),
         **extra,
-    )
-
-
-def run_csp(
-    cfg: CSPRun, callbacks=(), progress: bool = True, device: str = "cpu", checkpoint=None
-) -> RunRecord:
-    """Train one config from its seed; the history is identical for identical configs.
-
-    ``run_csp_stacked`` of the one config: a CSP trains as a stack of one seed.
-    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) makes the run checkpoint
-    and resume from a checkpoint it finds."""
-    options = dict(callbacks=callbacks, progress=progress, device=device, checkpoint=checkpoint)
-    return train_seeds([cfg], csp_setup, csp_record, eval_chunk=EVAL_CHUNK, **options)[0]
-
-
-def run_csp_stacked(
-    configs: Sequence, callbacks=(), progress: bool = False, device: str = "cpu", checkpoint=None
-) -> list:
-    """Configs equal but for their seed trained together (``driver.train_seeds``); one record
-    each, keyed as its config alone would be, plus ``seed_batched`` (seeds in the stack).
-
-    A model with no stacked form (the baselines) trains one seed at a time on a ``Trainer``.
-    ``checkpoint``: a ``stacked=True`` plan checkpoints a stack of several seeds; seeds run
-    one at a time do not checkpoint (one file cannot hold several runs).
-    """
-    configs = list(configs)
-    return train_seeds(
-        configs,
-        csp_setup,
-        csp_record,
-        callbacks=callbacks,
-        progress=progress,
-        device=device,
-        checkpoint=checkpoint,
-        eval_chunk=max(64, EVAL_CHUNK // max(len(configs), 1)),
     )

@@ -1,7 +1,7 @@
 """The paper's ablation tables (3: focal vs cross-entropy; 4: structural parts) as run grids.
 
 Each table cell is one CSP variant on one task, run over several seeds as
-``training.state_tracking.run_csp`` runs; the summary puts our mean +- sd beside the paper's number and a
+``training.state_tracking`` runs; the summary puts our mean +- sd beside the paper's number and a
 verdict. Table 4's rows are read as cumulative (the paper's "+Norm, with rotation" row
 equals its full model): Base (no SiLU, skip or norm), +SiLU (a SiLU inside every step),
 +Skip (that plus the block skip), +Norm (the full CSP: SiLU at the block boundary, skip,
@@ -23,12 +23,18 @@ import pandas as pd
 
 from structattn_lite.config import check_choice, results_dir
 from structattn_lite.records import RunRecord, keep_committed_rows
-from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, paper_setting_run
-from structattn_lite.training.state_tracking import run_csp as run
-from structattn_lite.training.state_tracking import run_csp_stacked as run_seeds
+from structattn_lite.training.state_tracking import (
+    EXPERIMENT,
+    CSPRun,
+    eval_chunk,
+    paper_setting_run,
+)
+from structattn_lite.training.state_tracking import csp_record as record
+from structattn_lite.training.state_tracking import csp_setup as setup
 
 Config = CSPRun
-__all__ = ["EXPERIMENT", "GRIDS", "Config", "run_seeds", "export", "grid", "records_frame", "run"]
+__all__ = ["EXPERIMENT", "GRIDS", "Config", "setup", "record", "eval_chunk", "export", "grid",
+           "records_frame"]  # fmt: skip
 
 TASKS = ("parity", "mod3", "dyck1")
 METRIC = {"parity": "test_seq_acc", "mod3": "test_seq_acc", "dyck1": "test_seq_f1"}
@@ -218,8 +224,8 @@ def cell_of(config: dict[str, Any]) -> dict[str, str]:
 def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
     """One row per run: cell labels, config columns, final metrics (the committed CSV)."""
     rows = []
-    for record in records:
-        h, c = record.history, record.config
+    for rec in records:
+        h, c = rec.history, rec.config
         options = model_options(c)
         rows.append(
             {
@@ -228,8 +234,8 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
                 "grid": grid,
                 "epochs": c["epochs"],
                 "epochs_run": len(h),
-                "status": record.status,
-                "device": record.device,
+                "status": rec.status,
+                "device": rec.device,
                 "n": c["n"],
                 "d_model": options["d_model"],
                 "n_layers": options["n_layers"],
@@ -237,15 +243,15 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
                 "val_fraction": c.get("val_fraction", 0.0),
                 "hold_perfect": c["hold_perfect"],
                 "lr": c["optim"]["lr"],
-                "n_parameters": record.extra.get("n_parameters"),
+                "n_parameters": rec.extra.get("n_parameters"),
                 "test_seq_acc": h["test_seq_acc"].iloc[-1] if len(h) else NAN,
                 "test_seq_f1": h["test_seq_f1"].iloc[-1] if len(h) else NAN,
                 "test_prefix_acc": h["test_acc"].iloc[-1] if len(h) else NAN,
                 "best_epoch_90": next(
                     (i + 1 for i, a in enumerate(h.get("test_seq_acc", [])) if a >= 0.9), None
                 ),
-                "test_in_train": record.extra.get("data", {}).get("test_in_train"),
-                "seconds": round(record.extra.get("seconds", NAN), 1),
+                "test_in_train": rec.extra.get("data", {}).get("test_in_train"),
+                "seconds": round(rec.extra.get("seconds", NAN), 1),
             }
         )
     return pd.DataFrame(rows)

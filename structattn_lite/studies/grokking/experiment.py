@@ -13,20 +13,26 @@ from structattn_lite import config
 from structattn_lite.config import results_dir
 from structattn_lite.records import RunRecord, config_hash, export_histories, load_histories
 from structattn_lite.training.protocols import protocol_run
-from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun, paper_setting_run
-from structattn_lite.training.state_tracking import run_csp as run
-from structattn_lite.training.state_tracking import run_csp_stacked as run_seeds
+from structattn_lite.training.state_tracking import (
+    EXPERIMENT,
+    CSPRun,
+    eval_chunk,
+    paper_setting_run,
+)
+from structattn_lite.training.state_tracking import csp_record as record
+from structattn_lite.training.state_tracking import csp_setup as setup
 
 Config = CSPRun
 __all__ = [
     "EXPERIMENT",
     "GRIDS",
     "Config",
-    "run_seeds",
+    "setup",
+    "record",
+    "eval_chunk",
     "committed_records",
     "export",
     "grid",
-    "run",
 ]
 
 

@@ -43,7 +43,7 @@ from structattn_lite.studies.length.grids import (
     MODEL_SIZES,
     PROTOCOLS,
 )
-from structattn_lite.training.driver import Setup, ValidationStop, train_seeds
+from structattn_lite.training.driver import Setup, ValidationStop
 from structattn_lite.training.losses import LOSSES
 from structattn_lite.training.metrics import IGNORE, accuracy, length_scores, predict, scores
 from structattn_lite.training.trainer import OptimConfig
@@ -259,15 +259,6 @@ def length_record(setup: Setup, result, seconds: float, trained_model, **extra) 
     )
 
 
-def run_length(
-    cfg: LengthRun, progress: bool = False, callbacks=(), device: str = "cpu", checkpoint=None
-) -> RunRecord:
-    """Train one model under one protocol, then score it at every length (``train_seeds`` of
-    the one config: a CSP trains as a stack of one seed)."""
-    options = dict(callbacks=callbacks, progress=progress, device=device, checkpoint=checkpoint)
-    return train_seeds([cfg], length_setup, length_record, **options)[0]
-
-
 def _first_pass(spec: dict) -> list[LengthRun]:
     models = spec["models"]
     # A grid with ``lrs`` trains every run once per rate, at a constant rate.
@@ -317,7 +308,7 @@ def grid(name: str, store=None) -> list[LengthRun]:
 
 
 Config = LengthRun
-run = run_length
+setup, record = length_setup, length_record  # the study's runs, as runs.train trains them
 grid_runs = grid  # for export, whose parameter ``grid`` (a name) shadows the function
 
 
@@ -328,13 +319,3 @@ def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
 
 
 curves_frame = results.curves_frame
-
-
-def run_seeds(
-    configs: list[LengthRun], progress: bool = False, device: str = "cpu", checkpoint=None
-):
-    """``run_length`` for configs equal but for their seed, trained together as one stacked
-    model (``training.driver.train_seeds``); one record per seed, as ``run_length`` makes
-    it, plus ``seed_batched``. A model with no stacked form runs one seed at a time."""
-    options = dict(progress=progress, device=device, checkpoint=checkpoint)
-    return train_seeds(configs, length_setup, length_record, **options)
