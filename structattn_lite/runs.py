@@ -122,58 +122,53 @@ def group_seeds(configs: Sequence[Any]) -> list[Any]:
     return [g if len(g) > 1 else g[0] for g in groups.values()]
 
 
-def report_unfinished(experiment: str, unfinished: dict[str, tuple[Any, str]]) -> None:
-    """Append each unfinished run (key -> (config, why)) to the ``STRUCTATTN_UNFINISHED``
-    file, when that variable is set."""
-    path = os.environ.get(UNFINISHED_ENV)
-    if not path or not unfinished:
-        return
-    with open(path, "a") as fh:
-        for key, (cfg, why) in unfinished.items():
-            blob = {"experiment": experiment, "key": key, "config": config_dict(cfg), "why": why}
-            fh.write(json.dumps(blob) + "\n")
+def _append_lines(env: str, blobs: Iterable[dict[str, Any]]) -> None:
+    """Append each blob as one JSON line to the file ``env`` names, when it is set."""
+    if path := os.environ.get(env):
+        with open(path, "a") as fh:
+            fh.writelines(json.dumps(blob) + "\n" for blob in blobs)
 
 
-def report_progress(experiment: str, sweep_id: str, done: int, total: int) -> None:
-    """Append one sweep's progress (``done`` of its ``total`` runs finished or reused) to
-    the ``STRUCTATTN_PROGRESS`` file, when that variable is set."""
-    path = os.environ.get(PROGRESS_ENV)
-    if not path:
-        return
-    blob = {"experiment": experiment, "sweep": sweep_id, "done": done, "total": total}
-    with open(path, "a") as fh:
-        fh.write(json.dumps(blob) + "\n")
-
-
-def read_progress(path: str | os.PathLike) -> tuple[int, int]:
-    """(runs done, runs asked for), summed over the sweeps reported to a
-    ``STRUCTATTN_PROGRESS`` file, each at its last report; (0, 0) when there is none. A
-    line still being written is skipped."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return 0, 0
-    latest = {}
-    for line in lines:
-        try:
-            blob = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        latest[blob["sweep"]] = (blob["done"], blob["total"])
-    return sum(d for d, _ in latest.values()), sum(t for _, t in latest.values())
-
-
-def read_unfinished(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The runs reported to a ``STRUCTATTN_UNFINISHED`` file, the last report of each."""
+def _last_reports(path: str | os.PathLike, *key: str) -> list[dict[str, Any]]:
+    """The last line of each ``key`` in a JSON-lines report file ([] when there is none);
+    a line still being written is skipped."""
     try:
         lines = Path(path).read_text().splitlines()
     except FileNotFoundError:
         return []
     latest = {}
     for line in lines:
-        blob = json.loads(line)
-        latest[(blob["experiment"], blob["key"])] = blob
+        try:
+            blob = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        latest[tuple(blob[k] for k in key)] = blob
     return list(latest.values())
+
+
+def report_unfinished(experiment: str, unfinished: dict[str, tuple[Any, str]]) -> None:
+    """Report each unfinished run (key -> (config, why)) to ``STRUCTATTN_UNFINISHED``."""
+    _append_lines(UNFINISHED_ENV, ({"experiment": experiment, "key": key, "config": config_dict(cfg),
+                                    "why": why} for key, (cfg, why) in unfinished.items()))  # fmt: skip
+
+
+def report_progress(experiment: str, sweep_id: str, done: int, total: int) -> None:
+    """Report one sweep's progress (``done`` of its ``total`` runs finished or reused) to
+    ``STRUCTATTN_PROGRESS``."""
+    _append_lines(PROGRESS_ENV, [{"experiment": experiment, "sweep": sweep_id, "done": done,
+                                  "total": total}])  # fmt: skip
+
+
+def read_progress(path: str | os.PathLike) -> tuple[int, int]:
+    """(runs done, runs asked for), summed over the sweeps reported to a
+    ``STRUCTATTN_PROGRESS`` file, each at its last report; (0, 0) when there is none."""
+    latest = _last_reports(path, "sweep")
+    return sum(b["done"] for b in latest), sum(b["total"] for b in latest)
+
+
+def read_unfinished(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The runs reported to a ``STRUCTATTN_UNFINISHED`` file, the last report of each."""
+    return _last_reports(path, "experiment", "key")
 
 
 def sweep(
