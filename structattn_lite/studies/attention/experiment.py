@@ -304,16 +304,19 @@ def resolve_dataset(root=None) -> str:
     return "fallback"
 
 
-def tuning_grid(name: str, records: list[RunRecord] = ()) -> list[Config]:
+def tuning_grid(
+    name: str, records: list[RunRecord] = (), dataset: str | None = None
+) -> list[Config]:
     """Every variant at every rate of the grid's ``lrs`` on its tuning seeds (the first
     seed unless the grid names ``tune_seeds``; validation only); a grid with ``rates_from``
     reuses that grid's tuning runs instead. With ``widen_edges``, ``records`` (the tuning
-    runs so far) add the next rate out for each variant whose best is at an edge."""
+    runs so far) add the next rate out for each variant whose best is at an edge. The text
+    runs read ``dataset`` (default: ``resolve_dataset()``, PTB when it is here)."""
     spec = GRIDS[cfgmod.check_choice("grid", name, GRIDS)]
     if "rates_from" in spec:
-        return tuning_grid(spec["rates_from"], records)
+        return tuning_grid(spec["rates_from"], records, dataset)
     wider = widened_rates(records) if spec.get("widen_edges") and records else {}
-    return [with_recipe(c, lr=lr) for c in _tuned_variants(name)
+    return [with_recipe(c, lr=lr) for c in _tuned_variants(name, dataset)
             for lr in (*spec["lrs"], *sorted(set(wider.get(variant_key(c), ())) - set(spec["lrs"])))]  # fmt: skip
 
 
@@ -337,10 +340,10 @@ def widened_rates(records: list[RunRecord]) -> dict[str, list[float]]:
     return out
 
 
-def _tuned_variants(name: str) -> list[Config]:
+def _tuned_variants(name: str, dataset: str | None = None) -> list[Config]:
     spec = GRIDS[name]
     seen, out = set(), []
-    for c in variant_configs(name, Config, resolve_dataset(), cifar10_available()):
+    for c in variant_configs(name, Config, dataset or resolve_dataset(), cifar10_available()):
         recipe = dataclasses.replace(c.recipe, precision="float32", patience=None)
         if "tune_seeds" in spec:  # tuned at the finals' own budget, early stop included
             recipe = c.recipe
