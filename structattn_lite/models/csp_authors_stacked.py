@@ -21,13 +21,16 @@ Tokens [S, B, T] (or [B, T], shared) in, logits [S, B, T, C] out, [S, B, C] with
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig, running_sum
+from structattn_lite.models.csp_authors import (
+    AuthorsCSP,
+    AuthorsCSPConfig,
+    running_sum,
+    step_angles,
+)
 from structattn_lite.models.csp_stacked import SeedStack, seed_token_rows
 from structattn_lite.models.csp_stacked_core import _TokenRows
 
@@ -223,17 +226,6 @@ class StackedAuthorsCSP(SeedStack):
             x = x if kind == "frozen_table" else torch.tanh(x)
         return torch.stack([x, torch.zeros_like(x)], 2).view(s, v, 2, -1)
 
-    def _angles(self, c: torch.Tensor) -> torch.Tensor:
-        """phi of every step before any running sum, from theta_proj's output c [..., 1 | 2]."""
-        kind = self.traits.angle
-        if kind in ("step_tanh", "cumulative_tanh"):
-            return math.pi * torch.tanh(c)
-        if kind == "cumulative_atan2_tanh":
-            c = torch.tanh(c)
-            c = c / torch.sqrt(c.square().sum(-1, keepdim=True) + 1e-8).detach()
-        x, y = c[..., :1], c[..., 1:]
-        return torch.atan2(y, x + torch.sign(x) * 1e-9)
-
     def _projections(self, i: int, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Everything block i reads from its input rows x [S, N, 2, H] alone (no state)."""
         p, s = f"layers.{i}.", x.shape[0]
@@ -256,7 +248,7 @@ class StackedAuthorsCSP(SeedStack):
         """Block i on x [S, T, B, 2, H] given its input projections (each [S, T, B, ...])."""
         p, traits = f"layers.{i}.", self.traits
         s, steps, batch, _, hidden = x.shape
-        phi = self._angles(proj["c"])
+        phi = step_angles(proj["c"], traits.angle)
         if traits.angle != "step_tanh":
             phi = running_sum(phi)  # float32 step by step, as theirs
         cos, sin = phi.cos(), phi.sin()  # [S, T, B, 1]
