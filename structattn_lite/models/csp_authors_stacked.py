@@ -31,8 +31,7 @@ from structattn_lite.models.csp_authors import (
     running_sum,
     step_angles,
 )
-from structattn_lite.models.csp_stacked import SeedStack, seed_token_rows
-from structattn_lite.models.csp_stacked_core import _TokenRows
+from structattn_lite.models.csp_stacked import SeedStack, _rotate, _TokenRows, seed_token_rows
 
 
 class _StateRecurrence(torch.autograd.Function):
@@ -87,10 +86,7 @@ class _RotateDrive(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, wx, cos, sin, bias, gamma):
-        wr, wi = wx[..., 0, :], wx[..., 1, :]
-        b = torch.empty_like(wx)
-        torch.mul(wr, cos, out=b[..., 0, :]).addcmul_(wi, sin, value=-1.0)
-        torch.mul(wr, sin, out=b[..., 1, :]).addcmul_(wi, cos)
+        b = _rotate(wx, cos, sin)
         if bias is not None:
             b.add_(bias[:, None, None, None, :])
         ctx.save_for_backward(wx, cos, sin, b, gamma)
@@ -105,9 +101,7 @@ class _RotateDrive(torch.autograd.Function):
         if g_b is not None:
             g.add_(g_b)
         gr, gi, wr, wi = g[..., 0, :], g[..., 1, :], wx[..., 0, :], wx[..., 1, :]
-        g_wx = torch.empty_like(g)
-        torch.mul(gr, cos, out=g_wx[..., 0, :]).addcmul_(gi, sin)
-        torch.mul(gi, cos, out=g_wx[..., 1, :]).addcmul_(gr, sin, value=-1.0)
+        g_wx = _rotate(g, cos, sin, back=True)
         g_cos = torch.addcmul(gr * wr, gi, wi).sum(-1, keepdim=True)
         g_sin = torch.addcmul(gi * wr, gr, wi, value=-1.0).sum(-1, keepdim=True)
         g_bias = g.sum((1, 2, 3)) if ctx.has_bias else None
