@@ -199,20 +199,17 @@ class StackedAuthorsCSP(SeedStack):
     def _seed_state(self, i: int, ref_state: dict) -> dict:
         return {name: self.w(name)[i].detach().clone() for name in self.names}
 
-    def w(self, name: str) -> torch.Tensor:
-        return getattr(self, _key(name))
+    def w(self, name: str) -> torch.Tensor | None:
+        """The stacked tensor of the reference's ``name`` (None where it has none: a bias)."""
+        return getattr(self, _key(name), None)
 
     def _inputs(self) -> torch.Tensor:
         """The first block's input for each token value: [S, V, 2, H] (imaginary part 0)."""
         s, v, kind = self.n_seeds, self.cfg.vocab_size, self.traits.embedding
         if kind == "scalar_tanh":  # the token fed as a number
-            values = torch.arange(
-                v, dtype=self.w("encoder.weight").dtype, device=self.w("encoder.weight").device
-            )
-            x = torch.tanh(
-                values[None, :, None] * self.w("encoder.weight")[:, None, :, 0]
-                + self.w("encoder.bias")[:, None]
-            )
+            w = self.w("encoder.weight")  # [S, H, 1]
+            values = torch.arange(v, dtype=w.dtype, device=w.device)[None, :, None]
+            x = torch.tanh(values * w[:, None, :, 0] + self.w("encoder.bias")[:, None])
         else:
             x = _linear(
                 self.w("embed.weight"), self.w("embed_proj.weight"), self.w("embed_proj.bias")
@@ -225,11 +222,7 @@ class StackedAuthorsCSP(SeedStack):
         p, s = f"layers.{i}.", x.shape[0]
         flat = x.reshape(s, -1, x.shape[-1] * 2)
         out = {
-            "c": _linear(
-                flat,
-                self.w(p + "theta_proj.weight"),
-                getattr(self, _key(p + "theta_proj.bias"), None),
-            ),
+            "c": _linear(flat, self.w(p + "theta_proj.weight"), self.w(p + "theta_proj.bias")),
             "wx": _linear(x.reshape(s, -1, x.shape[-1]), self.w(p + "B_proj.weight")).view(x.shape),
         }
         if self.traits.gates_read == "state":
@@ -246,7 +239,7 @@ class StackedAuthorsCSP(SeedStack):
         if traits.angle != "step_tanh":
             phi = running_sum(phi)  # float32 step by step, as theirs
         cos, sin = phi.cos(), phi.sin()  # [S, T, B, 1]
-        bias = getattr(self, _key(p + "B_proj.bias"), None)
+        bias = self.w(p + "B_proj.bias")
         if traits.gates_read == "drive":  # both gates read the drive; the decay no state
             b = _RotateDrive.apply(proj["wx"], cos, sin, bias, torch.ones_like(cos))[0]
             gates = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
@@ -285,10 +278,7 @@ class StackedAuthorsCSP(SeedStack):
                 }
             x = self._block(i, x, proj, last and i == n_layers - 1)
         features = _Phase.apply(x, self.traits.decoder_eps)  # [cos psi | sin psi]
-        logits = _linear(
-            features.reshape(s, -1, 2 * features.shape[-1]),
-            self.w("decoder.weight"),
-            self.w("decoder.bias"),
-        )
+        flat = features.reshape(s, -1, 2 * features.shape[-1])
+        logits = _linear(flat, self.w("decoder.weight"), self.w("decoder.bias"))
         logits = logits.view(s, -1, batch, self.cfg.n_classes).transpose(1, 2)
         return logits[:, :, -1] if last else logits
