@@ -187,10 +187,8 @@ class StackedAuthorsCSP(SeedStack):
                 self.register_parameter(_key(name), nn.Parameter(tensor))
             else:
                 self.register_buffer(_key(name), tensor)
-        if init:  # S fresh reference initialisations, one after another
-            with torch.no_grad():
-                for i in range(n_seeds):
-                    self._copy_in(i, AuthorsCSP(cfg))
+        if init:
+            self._fresh()
 
     def _copy_in(self, i: int, model: AuthorsCSP) -> None:
         for name, value in model.state_dict().items():
@@ -226,10 +224,14 @@ class StackedAuthorsCSP(SeedStack):
             "wx": _linear(x.reshape(s, -1, x.shape[-1]), self.w(p + "B_proj.weight")).view(x.shape),
         }
         if self.traits.gates_read == "state":
-            gates = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
-            bias = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
-            out["gates"] = _linear(flat, gates, bias)  # [.., 2]: delta_proj(x), gamma_proj(x)
+            out["gates"] = self._gates(p, flat)
         return out
+
+    def _gates(self, p: str, x: torch.Tensor) -> torch.Tensor:
+        """delta_proj(x) and gamma_proj(x) of the block named ``p`` as one matmul: [S, N, 2]."""
+        w = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
+        b = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
+        return _linear(x, w, b)
 
     def _block(self, i: int, x: torch.Tensor, proj: dict, last: bool) -> torch.Tensor:
         """Block i on x [S, T, B, 2, H] given its input projections (each [S, T, B, ...])."""
@@ -242,9 +244,7 @@ class StackedAuthorsCSP(SeedStack):
         bias = self.w(p + "B_proj.bias")
         if traits.gates_read == "drive":  # both gates read the drive; the decay no state
             b = _RotateDrive.apply(proj["wx"], cos, sin, bias, torch.ones_like(cos))[0]
-            gates = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
-            bias = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
-            pre = _linear(b.view(s, -1, 2 * hidden), gates, bias).view(s, steps, batch, 2)
+            pre = self._gates(p, b.view(s, -1, 2 * hidden)).view(s, steps, batch, 2)
             drive = b * ((1 + torch.sin(pre[..., 1:])) / 2).unsqueeze(-1)
             w = None
         else:

@@ -337,6 +337,12 @@ class SeedStack(nn.Module):
             raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
         self.cfg, self.n_seeds = cfg, n_seeds
 
+    @torch.no_grad()
+    def _fresh(self) -> None:
+        """S fresh reference initialisations, one after another (the torch seed's S draws)."""
+        for i in range(self.n_seeds):
+            self._copy_in(i, self.reference(self.cfg))
+
     @classmethod
     def stack(cls, models: list[nn.Module]):
         """One stacked model holding copies of ``models`` (one config) as seeds 0..S-1."""
@@ -387,10 +393,8 @@ class StackedCSP(SeedStack):
         self.blocks = nn.ModuleList(StackedBlock(cfg, s) for _ in range(cfg.n_layers))
         self.dec_w = nn.Parameter(torch.empty(s, 2 * d, cfg.n_classes))
         self.dec_b = nn.Parameter(torch.empty(s, 1, cfg.n_classes))
-        if init:  # S fresh reference initialisations, one after another
-            with torch.no_grad():
-                for i in range(s):
-                    self._copy_in(i, CSP(cfg))
+        if init:
+            self._fresh()
 
     def _copy_in(self, i: int, model: CSP) -> None:
         state = model.state_dict()
