@@ -11,6 +11,7 @@ Beside ours, the authors' tasks (github hilhert/CSP, csp/data.py at 3bb9f71b):
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -389,14 +390,6 @@ def make_task(task: str, **options) -> Task:
                 f"task option={name!r} is not allowed for task {task!r}; "
                 + (f"choose one of {allowed}" if allowed else "it takes no options")
             )
-    if task == "parity":
-        return Parity()
-    if task == "mod3":
-        return ModK(k=3, **options)
-    if task == "modk":
-        return ModK(**options)
-    if task == "mod3_authors":
-        return Mod3Authors(**options)
-    if task == "dyck1_authors":
-        return AuthorsDyck1(**options)
-    return Dyck1(**options)
+    constructors = {"parity": Parity, "mod3": functools.partial(ModK, k=3), "modk": ModK,
+                    "dyck1": Dyck1, "mod3_authors": Mod3Authors, "dyck1_authors": AuthorsDyck1}  # fmt: skip
+    return constructors[task](**options)
