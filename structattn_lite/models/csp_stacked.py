@@ -26,7 +26,6 @@ last position only, all a sequence-labelled loss reads: it saves the last block'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -37,19 +36,6 @@ from structattn_lite.models.csp import CSP, CSPConfig
 # --- autograd nodes; a complex vector is [re | im], viewed as [..., 2, d] by ``_pair`` ---
 
 EPS = 1e-6  # of the reference's h / (|h| + 1e-6)
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """What one block's elementwise core does (fixed by the config)."""
-
-    d: int
-    n_angles: int  # 0 (no rotation), 1 (one angle per step) or d (one per dimension)
-    cumulative: bool
-    decay: bool  # gates "decay" (else "softplus")
-    silu: str
-    skip: bool
-    complex_norm: bool  # "complex" is done in the core; "layernorm" after it
 
 
 def _pair(t: torch.Tensor, d: int) -> torch.Tensor:
@@ -135,21 +121,21 @@ class _BlockCore(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, z, pre, skip_logit, spec: _Spec, last: bool):
-        d = spec.d
+    def forward(ctx, z, pre, skip_logit, cfg: CSPConfig, last: bool):
+        d, decay = cfg.d_model, cfg.gates == "decay"
         z5 = _pair(z, d)
         delta = pre[..., :d]
-        if spec.n_angles:  # rotate the input: r = z e^{i theta}
-            tanh_a = torch.tanh(pre[..., pre.shape[-1] - spec.n_angles :])
+        if cfg.rotation != "none":  # rotate the input: r = z e^{i theta}
+            tanh_a = torch.tanh(pre[..., (2 if decay else 1) * d :])  # after delta (and gamma)
             theta = tanh_a * math.pi
-            if spec.cumulative:
+            if cfg.rotation == "cumulative":
                 theta = theta.cumsum(1)
             cos, sin = theta.cos(), theta.sin()
             r5 = _rotate(z5, cos, sin)
         else:
             tanh_a = cos = sin = None
             r5 = z5
-        if spec.decay:  # alpha = exp(-softplus(delta)) = sigmoid(-delta); gamma = (1 + sin g) / 2
+        if decay:  # alpha = exp(-softplus(delta)) = sigmoid(-delta); gamma = (1 + sin g) / 2
             alpha = torch.sigmoid(-delta)
             gamma = pre[..., d : 2 * d].sin().add_(1.0).mul_(0.5)
         else:
@@ -157,7 +143,7 @@ class _BlockCore(torch.autograd.Function):
         a5 = alpha.unsqueeze(-2)
         h5 = r5 * gamma.unsqueeze(-2)  # the drive, turned into the states in place
         a_t = a5.unbind(1)  # one view per step: cheaper than indexing inside the loop
-        if spec.silu == "step":  # h_t = SiLU(alpha_t h_{t-1} + drive_t): keep pre-activations
+        if cfg.silu == "step":  # h_t = SiLU(alpha_t h_{t-1} + drive_t): keep pre-activations
             p5 = h5
             h5 = torch.empty_like(p5)
             p_t, h_t = p5.unbind(1), h5.unbind(1)
@@ -170,37 +156,37 @@ class _BlockCore(torch.autograd.Function):
             for t in range(1, len(h_t)):
                 h_t[t].addcmul_(a_t[t], h_t[t - 1])
         hs5, zs5 = (h5[:, -1:], z5[:, -1:]) if last else (h5, z5)
-        y5 = F.silu(hs5) if spec.silu == "boundary" else hs5
+        y5 = F.silu(hs5) if cfg.silu == "boundary" else hs5
         sg = None
-        if spec.skip:
+        if cfg.skip:
             sg = torch.sigmoid(skip_logit)[:, None, None, None, :]
             y5 = torch.addcmul(y5, zs5, sg)
         n = den = None
-        if spec.complex_norm:
+        if cfg.norm == "complex":  # (a LayerNorm comes after the node)
             out5, n, den = _unit_forward(y5)
         else:
             out5 = y5.clone() if y5 is hs5 else y5  # never hand out the saved states
-        ctx.spec, ctx.last = spec, last
+        ctx.cfg, ctx.last = cfg, last
         ctx.save_for_backward(z5, pre, tanh_a, cos, sin, r5, alpha, gamma, h5, p5, y5, sg, n, den)
         return out5.contiguous().view(*out5.shape[:-2], 2 * d)
 
     @staticmethod
     def backward(ctx, g_out):
-        spec, last = ctx.spec, ctx.last
+        cfg, last = ctx.cfg, ctx.last
         z5, pre, tanh_a, cos, sin, r5, alpha, gamma, h5, p5, y5, sg, n, den = ctx.saved_tensors
-        d = spec.d
+        d, decay = cfg.d_model, cfg.gates == "decay"
         g5 = _pair(g_out.contiguous(), d)
-        fresh = spec.complex_norm or spec.silu == "boundary"  # g5 is ours to overwrite
-        if spec.complex_norm:
+        fresh = cfg.norm == "complex" or cfg.silu == "boundary"  # g5 is ours to overwrite
+        if cfg.norm == "complex":
             g5 = _unit_backward(g5, y5, n, den)
         g_skip = gz_skip = None
-        if spec.skip:
+        if cfg.skip:
             zs5 = z5[:, -1:] if last else z5
             gz_skip = g5 * sg
             g_sg = (g5 * zs5).sum((1, 2, 3))
             g_skip = g_sg * sg[:, 0, 0, 0] * (1 - sg[:, 0, 0, 0])
         hs5 = h5[:, -1:] if last else h5
-        if spec.silu == "boundary":
+        if cfg.silu == "boundary":
             g5 = torch.ops.aten.silu_backward(g5, hs5)
         if last:  # only the last step had an output
             gh5 = torch.zeros_like(h5)
@@ -209,7 +195,7 @@ class _BlockCore(torch.autograd.Function):
             gh5 = g5 if fresh else g5.clone()
         a_t, g_t = alpha.unsqueeze(-2).unbind(1), gh5.unbind(1)
         # reverse recurrence: g_drive_t = g_h_t + alpha_{t+1} g_drive_{t+1} (through SiLU)
-        if spec.silu == "step":
+        if cfg.silu == "step":
             p_t = p5.unbind(1)
             for t in range(len(g_t) - 1, -1, -1):
                 g_t[t].copy_(torch.ops.aten.silu_backward(g_t[t], p_t[t]))
@@ -223,25 +209,25 @@ class _BlockCore(torch.autograd.Function):
         g_gamma = _dot(gh5, r5)
         g_r5 = gh5.mul_(gamma.unsqueeze(-2))
         parts, delta = [], pre[..., :d]
-        if spec.decay:
+        if decay:
             # d sigmoid(-x) / dx = -a (1 - a), with 1 - a = sigmoid(x) (no cancellation)
             parts.append(g_alpha.mul_(alpha).mul_(torch.sigmoid(delta)).neg_())
             parts.append(g_gamma.mul_(pre[..., d : 2 * d].cos()).mul_(0.5))
         else:
             parts.append(g_alpha.add_(g_gamma).mul_(torch.sigmoid(delta)))
-        if spec.n_angles:
+        if cfg.rotation != "none":
             gr, gi = g_r5[..., 0, :], g_r5[..., 1, :]
             rr, ri = r5[..., 0, :], r5[..., 1, :]
             g_theta = gi * rr - gr * ri
-            if spec.n_angles == 1:
+            if cfg.angle_dims == "scalar":
                 g_theta = g_theta.sum(-1, keepdim=True)
             gz5 = _rotate(g_r5, cos, sin, back=True)
-            if spec.cumulative:
+            if cfg.rotation == "cumulative":
                 g_theta = g_theta.flip(1).cumsum(1).flip(1)
             parts.append(g_theta.mul_(1 - tanh_a.square()).mul_(math.pi))
         else:
             gz5 = g_r5
-        if spec.skip:
+        if cfg.skip:
             (gz5[:, -1:] if last else gz5).add_(gz_skip)
         g_pre = torch.cat(parts, -1)
         return gz5.view(*gz5.shape[:-2], 2 * d), g_pre, g_skip, None, None
@@ -255,17 +241,7 @@ class StackedBlock(nn.Module):
 
     def __init__(self, cfg: CSPConfig, n_seeds: int):
         super().__init__()
-        d, s = cfg.d_model, n_seeds
-        n_angles = 0 if cfg.rotation == "none" else (d if cfg.angle_dims == "per_dim" else 1)
-        self.spec = _Spec(
-            d=d,
-            n_angles=n_angles,
-            cumulative=cfg.rotation == "cumulative",
-            decay=cfg.gates == "decay",
-            silu=cfg.silu,
-            skip=cfg.skip,
-            complex_norm=cfg.norm == "complex",
-        )
+        d, s, self.cfg = cfg.d_model, n_seeds, cfg
         self.in_re = nn.Parameter(torch.empty(s, d, d))
         self.in_im = nn.Parameter(torch.empty(s, d, d))
         self.delta_w = nn.Parameter(torch.empty(s, d, d))
@@ -275,7 +251,7 @@ class StackedBlock(nn.Module):
             self.gamma_b = nn.Parameter(torch.empty(s, 1, d))
         a = d if cfg.angle_dims == "per_dim" else 1
         angle_w, angle_b = torch.empty(s, d, a), torch.empty(s, 1, a)
-        if n_angles:
+        if cfg.rotation != "none":
             self.angle_w, self.angle_b = nn.Parameter(angle_w), nn.Parameter(angle_b)
         else:  # unused by the reference too (its grad is None): kept only to copy back
             self.register_buffer("angle_w", angle_w)
@@ -292,18 +268,18 @@ class StackedBlock(nn.Module):
         bottom = torch.cat([-self.in_im, self.in_re], -1)
         z = torch.bmm(u, torch.cat([top, bottom], 1))
         w, b = [self.delta_w], [self.delta_b]
-        if self.spec.decay:
+        if self.cfg.gates == "decay":
             w.append(self.gamma_w)
             b.append(self.gamma_b)
-        if self.spec.n_angles:
+        if self.cfg.rotation != "none":
             w.append(self.angle_w)
             b.append(self.angle_b)
-        pre = torch.baddbmm(torch.cat(b, -1), z[..., : self.spec.d], torch.cat(w, -1))
+        pre = torch.baddbmm(torch.cat(b, -1), z[..., : self.cfg.d_model], torch.cat(w, -1))
         return z, pre
 
     def core(self, z: torch.Tensor, pre: torch.Tensor, last: bool = False) -> torch.Tensor:
         """The block's output [S, T, B, 2d] (T = 1 with ``last``) from z and pre [S, T, B, .]."""
-        out = _BlockCore.apply(z, pre, getattr(self, "skip_gate", None), self.spec, last)
+        out = _BlockCore.apply(z, pre, getattr(self, "skip_gate", None), self.cfg, last)
         if hasattr(self, "ln_w"):  # LayerNorm over (Re, Im) with each seed's affine
             out = F.layer_norm(out, out.shape[-1:])
             out = torch.addcmul(self.ln_b[:, None, None], out, self.ln_w[:, None, None])
