@@ -139,6 +139,10 @@ class Mod3Authors(ModK):
         self.vocab_size = check_choice("vocab_size", vocab_size, (2, 3))
 
 
+def catalan(m: int) -> int:
+    return math.comb(2 * m, m) // (m + 1)
+
+
 def dyck_depth(x: torch.Tensor) -> torch.Tensor:
     """Depth after each symbol, 0 = "(" and 1 = ")"."""
     return (1 - 2 * x).cumsum(1)
@@ -186,7 +190,7 @@ class Dyck1(Task):
         self.label = check_choice("label", label, ("balanced", "valid_prefix"))
 
     def n_balanced(self, length: int) -> int:
-        return math.comb(length, length // 2) // (length // 2 + 1) if length % 2 == 0 else 0
+        return catalan(length // 2) if length % 2 == 0 else 0
 
     def n_negative(self, length: int) -> int:
         pool = math.comb(length, length // 2) if self.negatives == "equal_count" else 2**length
@@ -253,10 +257,6 @@ class Dyck1(Task):
         if self.label == "valid_prefix":
             return never_negative.long()
         return (never_negative & (depth == 0)).long()
-
-
-def catalan(m: int) -> int:
-    return math.comb(2 * m, m) // (m + 1)
 
 
 def nested_word(pairs: int, uniforms: list[float]) -> list[int]:
