@@ -77,24 +77,19 @@ class RunLock:
         try:
             self._lock.acquire()
         except Timeout:
-            raise RunLockedError(self._held_message(self.owner() or {})) from None
+            owner = self.owner() or {}
+            who = (f"process {owner.get('pid')} on {owner.get('host')} since {owner.get('time')}"
+                   if owner else "another process")  # fmt: skip
+            raise RunLockedError(
+                f"this run is already being trained by {who} (lock file {self.path}). Wait for "
+                "it to finish; its lock goes when its process ends, however it ends."
+            ) from None
         except OSError:  # the owner could not be written (a full disk): leave no file
             probe = FileLock(self.path, timeout=0, thread_local=False)
             with suppress(OSError, Timeout), probe:  # removed under a lock: no one else's
                 self.path.unlink()
             raise
         return self
-
-    def _held_message(self, owner: dict[str, Any]) -> str:
-        who = (
-            f"process {owner.get('pid')} on {owner.get('host')} since {owner.get('time')}"
-            if owner
-            else "another process"
-        )
-        return (
-            f"this run is already being trained by {who} (lock file {self.path}). Wait for "
-            "it to finish; its lock goes when its process ends, however it ends."
-        )
 
     def release(self) -> None:
         """Remove the lock file if it is still the one we locked, then unlock."""

@@ -24,9 +24,8 @@ from structattn_lite.config import runs_dir
 
 def config_dict(config: Any) -> dict[str, Any]:
     """A plain, JSON-able dict of a (frozen dataclass) config."""
-    if dataclasses.is_dataclass(config):
-        return json.loads(json.dumps(dataclasses.asdict(config)))
-    return json.loads(json.dumps(dict(config)))
+    plain = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+    return json.loads(json.dumps(plain))
 
 
 def config_hash(experiment: str, config: Any) -> str:

@@ -110,12 +110,18 @@ def welch_difference(a: tuple, b: tuple, level: float = LEVEL) -> tuple[float, f
     diff = ma - mb
     if na < 2 or nb < 2:
         return diff, math.nan, math.nan
-    va, vb = sa**2 / na, sb**2 / nb
-    if va + vb == 0:
+    if sa**2 / na + sb**2 / nb == 0:
         return diff, diff, diff
-    dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb))
+    half = _welch_half([(sa, na), (sb, nb)], level)
     return diff, diff - half, diff + half
+
+
+def _welch_half(parts: list[tuple[float, int]], level: float) -> float:
+    """Half-width of the Welch-Satterthwaite t interval of a signed sum of the means of
+    independent samples, from (sd, n) of each."""
+    v = [sd**2 / n for sd, n in parts]
+    dof = sum(v) ** 2 / sum(vi**2 / (n - 1) for vi, (_, n) in zip(v, parts, strict=True))
+    return float(stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(sum(v)))
 
 
 def finite_values(values: Sequence[float]) -> np.ndarray:
@@ -138,9 +144,7 @@ def interaction(a1, b1, a2, b2, level: float = LEVEL) -> tuple[float, float, flo
     if min(n for *_, n in parts) < 2:
         return math.nan, math.nan, math.nan
     diff = parts[0][0] - parts[1][0] - parts[2][0] + parts[3][0]
-    v = [sd**2 / n for _, sd, n in parts]
-    dof = sum(v) ** 2 / sum(vi**2 / (n - 1) for vi, (*_, n) in zip(v, parts, strict=True))
-    half = float(stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(sum(v)))
+    half = _welch_half([(sd, n) for _, sd, n in parts], level)
     return diff, diff - half, diff + half
 
 
@@ -184,10 +188,6 @@ def km_median(times: Sequence[float], reached: Sequence[bool]) -> float:
 # --- verdicts ------------------------------------------------------------------------
 
 
-def _fmt(x: float, digits: int) -> str:
-    return f"{x:.{digits}f}"
-
-
 def equivalence(
     values: Sequence[float],
     published: float,
@@ -203,7 +203,7 @@ def equivalence(
     none (a non-finite loss); ``bounds`` (``UNIT`` for accuracy and F1) clips the interval
     as ``mean_interval`` does.
     """
-    n = len([v for v in values if v is not None and np.isfinite(v)])
+    n = len(finite_values(values))
     total = n + diverged
     if published is None or math.isnan(published):
         return UNDECIDED, "the paper gives no number"
@@ -219,13 +219,11 @@ def equivalence(
     lo, hi = published - margin, published + margin
     note = f"; {diverged} of {total} seeds diverged" if diverged else ""
     if lo <= low and high <= hi:
-        return REPRODUCED, f"interval inside {_fmt(published, 2)} ± {margin}{note}"
+        return REPRODUCED, f"interval inside {published:.2f} ± {margin}{note}"
     if high < lo or low > hi:
         side = "above" if low > hi else "below"
-        return NOT_REPRODUCED, f"interval wholly {side} {_fmt(published, 2)} ± {margin}{note}"
-    if (
-        bounds is not None and (low, high) != mean_interval(values)[1:3]
-    ):  # clipped by ``bounds``: no longer ± anything
+        return NOT_REPRODUCED, f"interval wholly {side} {published:.2f} ± {margin}{note}"
+    if bounds is not None and (low, high) != mean_interval(values)[1:3]:  # clipped: no ± left
         span = f"[{low:.{digits}f}, {high:.{digits}f}] (clipped to [{bounds[0]:g}, {bounds[1]:g}])"
         return UNDECIDED, f"interval {span} crosses the margin's edge{note}"
     return UNDECIDED, f"interval ±{(high - low) / 2:.{digits}f} crosses the margin's edge{note}"

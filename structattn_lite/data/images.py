@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from structattn_lite.config import check_int, data_root
+from structattn_lite.config import check_choice, check_int, data_root
 
 
 class Patchify:
@@ -69,8 +69,6 @@ def digits_patches(
     (0..16) are standardised with the training split's mean and standard deviation.
     """
     from sklearn.datasets import load_digits
-
-    from structattn_lite.config import check_choice
 
     check_choice("split", split, DIGITS_SPLITS)
     n_valid, n_test = check_int("n_valid", n_valid, 1), check_int("n_test", n_test, 1)

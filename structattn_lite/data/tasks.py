@@ -11,6 +11,7 @@ Beside ours, the authors' tasks (github hilhert/CSP, csp/data.py at 3bb9f71b):
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -138,6 +139,10 @@ class Mod3Authors(ModK):
         self.vocab_size = check_choice("vocab_size", vocab_size, (2, 3))
 
 
+def catalan(m: int) -> int:
+    return math.comb(2 * m, m) // (m + 1)
+
+
 def dyck_depth(x: torch.Tensor) -> torch.Tensor:
     """Depth after each symbol, 0 = "(" and 1 = ")"."""
     return (1 - 2 * x).cumsum(1)
@@ -185,7 +190,7 @@ class Dyck1(Task):
         self.label = check_choice("label", label, ("balanced", "valid_prefix"))
 
     def n_balanced(self, length: int) -> int:
-        return math.comb(length, length // 2) // (length // 2 + 1) if length % 2 == 0 else 0
+        return catalan(length // 2) if length % 2 == 0 else 0
 
     def n_negative(self, length: int) -> int:
         pool = math.comb(length, length // 2) if self.negatives == "equal_count" else 2**length
@@ -252,10 +257,6 @@ class Dyck1(Task):
         if self.label == "valid_prefix":
             return never_negative.long()
         return (never_negative & (depth == 0)).long()
-
-
-def catalan(m: int) -> int:
-    return math.comb(2 * m, m) // (m + 1)
 
 
 def nested_word(pairs: int, uniforms: list[float]) -> list[int]:
@@ -389,14 +390,6 @@ def make_task(task: str, **options) -> Task:
                 f"task option={name!r} is not allowed for task {task!r}; "
                 + (f"choose one of {allowed}" if allowed else "it takes no options")
             )
-    if task == "parity":
-        return Parity()
-    if task == "mod3":
-        return ModK(k=3, **options)
-    if task == "modk":
-        return ModK(**options)
-    if task == "mod3_authors":
-        return Mod3Authors(**options)
-    if task == "dyck1_authors":
-        return AuthorsDyck1(**options)
-    return Dyck1(**options)
+    constructors = {"parity": Parity, "mod3": functools.partial(ModK, k=3), "modk": ModK,
+                    "dyck1": Dyck1, "mod3_authors": Mod3Authors, "dyck1_authors": AuthorsDyck1}  # fmt: skip
+    return constructors[task](**options)

@@ -33,6 +33,7 @@ PTB_FILES = {  # name, bytes, md5 (from the data README; Mikolov's simple-exampl
     "valid": ("ptb.char.valid.txt", 786084, "9e0fe5bec2a8bf43fd686dc23d5ab8bb"),
     "test": ("ptb.char.test.txt", 884846, "1f9a2d1afe00f76e8bfbe09a65439681"),
 }
+PTB_NAMES = [name for name, _, _ in PTB_FILES.values()]
 PTB_URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
 FALLBACK_LABEL = "FALLBACK: Python standard-library docstrings (not Penn Treebank)"
 DATASETS = ("ptb", "cifar10")
@@ -67,13 +68,9 @@ class CharCorpus:
 # --- vocabulary -------------------------------------------------------------------
 
 
-def build_vocab(symbols: list[str]) -> tuple[str, ...]:
-    """Sorted distinct symbols: id i is vocab[i]."""
-    return tuple(sorted(set(symbols)))
-
-
 def encode(symbols: list[str], vocab: tuple[str, ...]) -> np.ndarray:
-    """Symbol ids (int64); a ValueError lists any symbol the vocabulary lacks."""
+    """Symbol ids (int64), id i for vocab[i] (a vocabulary is the sorted distinct symbols
+    of its training text); a ValueError lists any symbol the vocabulary lacks."""
     if any(len(s) != 1 for s in vocab):
         raise ValueError("vocab must hold single characters")
     codes = np.frombuffer("".join(symbols).encode("utf-32-le"), dtype=np.uint32)
@@ -96,13 +93,12 @@ def encode(symbols: list[str], vocab: tuple[str, ...]) -> np.ndarray:
 
 
 def _missing_message(root: Path) -> str:
-    names = [f for f, _, _ in PTB_FILES.values()]
     # Name what is missing from whichever of the two folders holds more of the files.
-    folder = max((root / "ptb", root), key=lambda d: sum((d / f).is_file() for f in names))
-    missing = ", ".join(f for f in names if not (folder / f).is_file())
+    folder = max((root / "ptb", root), key=lambda d: sum((d / f).is_file() for f in PTB_NAMES))
+    missing = ", ".join(f for f in PTB_NAMES if not (folder / f).is_file())
     return (
         f"Penn Treebank character files not found: {folder} lacks {missing} (looked for "
-        f"{', '.join(names)} in {root / 'ptb'} and {root}). Put the three files (data/ "
+        f"{', '.join(PTB_NAMES)} in {root / 'ptb'} and {root}). Put the three files (data/ "
         f"folder of Mikolov's simple-examples release) in {root / 'ptb'}, or set STRUCTATTN_DATA (or pass root=) to a folder "
         f"that holds ptb/, or run `structattn data fetch ptb` on a machine that is online."
     )
@@ -115,15 +111,14 @@ def missing_ptb(where: str | Path) -> str:
         return f"{path} does not exist"
     if not path.is_dir():
         return f"{path} is a file, not a folder"
-    names = [f for f, _, _ in PTB_FILES.values()]
-    return f"neither {path / 'ptb'} nor {path} holds {', '.join(names)}"
+    return f"neither {path / 'ptb'} nor {path} holds {', '.join(PTB_NAMES)}"
 
 
 def ptb_dir(root: str | Path | None = None) -> Path | None:
     """The folder that holds the three ptb.char files, or None."""
     base = data_root(root)
     for folder in (base / "ptb", base):
-        if all((folder / f).is_file() for f, _, _ in PTB_FILES.values()):
+        if all((folder / f).is_file() for f in PTB_NAMES):
             return folder
     return None
 
@@ -132,17 +127,10 @@ def ptb_available(root: str | Path | None = None) -> bool:
     return ptb_dir(root) is not None
 
 
-def md5sum(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify_file(path: Path, size: int, md5: str) -> None:
     """ValueError naming the file, expected and actual size/md5, and the fix."""
-    got_size, got_md5 = path.stat().st_size, md5sum(path)
+    with open(path, "rb") as fh:
+        got_md5, got_size = hashlib.file_digest(fh, "md5").hexdigest(), path.stat().st_size
     if got_md5 != md5:
         raise ValueError(
             f"{path} is corrupt or not the standard release: md5 {got_md5} (size {got_size} "
@@ -175,7 +163,7 @@ def _load_ptb(folder: str, verify: bool) -> CharCorpus:
         if verify:
             verify_file(path, size, md5)
         split_symbols[split] = read_char_file(path)
-    vocab = build_vocab(split_symbols["train"])
+    vocab = tuple(sorted(set(split_symbols["train"])))
     enc = {s: torch.from_numpy(encode(v, vocab)) for s, v in split_symbols.items()}
     return CharCorpus(enc["train"], enc["valid"], enc["test"], vocab, "ptb", folder)
 
@@ -219,7 +207,7 @@ def fallback_corpus() -> CharCorpus:
     symbols = list("\n".join(line for line in lines if line) + "\n")
     n = len(symbols)
     cut1, cut2 = int(0.9 * n), int(0.95 * n)
-    vocab = build_vocab(symbols)
+    vocab = tuple(sorted(set(symbols)))
     ids = torch.from_numpy(encode(symbols, vocab))
     return CharCorpus(ids[:cut1], ids[cut1:cut2], ids[cut2:], vocab, FALLBACK_LABEL, str(stdlib))
 
@@ -258,9 +246,9 @@ def fetch(dataset: str, root: str | Path | None = None, url: str | None = None) 
         for train in (True, False):
             CIFAR10(str(base), train=train, download=True)
         return base / "cifar-10-batches-py"
+    if (found := ptb_dir(root)) is not None:
+        return found
     target = base / "ptb"
-    if ptb_dir(root) is not None:
-        return ptb_dir(root)
     archive = _download(url or PTB_URL, base / "simple-examples.tgz")
     wanted = {name: (size, md5) for name, size, md5 in PTB_FILES.values()}
     target.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,18 @@ def running_sum(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
     return torch.stack(out, dim)
 
 
+def step_angles(c: torch.Tensor, kind: str) -> torch.Tensor:
+    """Each step's angle before any running sum, from theta_proj's output c [..., 1 | 2]:
+    pi tanh(c), or the angle of the point c (after tanh and a unit length, for 778a15c)."""
+    if kind in ("step_tanh", "cumulative_tanh"):
+        return math.pi * torch.tanh(c)
+    if kind == "cumulative_atan2_tanh":
+        c = torch.tanh(c)
+        c = c / torch.sqrt(c.square().sum(-1, keepdim=True) + 1e-8).detach()
+    x, y = c[..., :1], c[..., 1:]
+    return torch.atan2(y, x + torch.sign(x) * 1e-9)
+
+
 @dataclass(frozen=True)
 class RevisionTraits:
     commit: str  # the full sha it was read from
@@ -170,17 +182,8 @@ class AuthorsBlock(nn.Module):
 
     def angles(self, x_re: torch.Tensor, x_im: torch.Tensor) -> torch.Tensor:
         """phi_t of every step, [B, T, 1]; it reads the block input only, never the state."""
-        c = self.theta_proj(torch.cat([x_re, x_im], -1))
-        kind = self.traits.angle
-        if kind in ("step_tanh", "cumulative_tanh"):
-            phi = math.pi * torch.tanh(c)
-        else:
-            if kind == "cumulative_atan2_tanh":
-                c = torch.tanh(c)
-                c = c / torch.sqrt(c.square().sum(-1, keepdim=True) + 1e-8).detach()
-            x, y = c[..., :1], c[..., 1:]
-            phi = torch.atan2(y, x + torch.sign(x) * 1e-9)
-        return phi if kind == "step_tanh" else running_sum(phi)
+        phi = step_angles(self.theta_proj(torch.cat([x_re, x_im], -1)), self.traits.angle)
+        return phi if self.traits.angle == "step_tanh" else running_sum(phi)
 
     def recur(self, x_re: torch.Tensor, x_im: torch.Tensor):
         """Rotate, drive, recur: h (real, imaginary), and the decays alpha [B, T, 1]."""

@@ -21,15 +21,17 @@ Tokens [S, B, T] (or [B, T], shared) in, logits [S, B, T, C] out, [S, B, C] with
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structattn_lite.models.csp_authors import AuthorsCSP, AuthorsCSPConfig, running_sum
-from structattn_lite.models.csp_stacked import SeedStack, seed_token_rows
-from structattn_lite.models.csp_stacked_core import _TokenRows
+from structattn_lite.models.csp_authors import (
+    AuthorsCSP,
+    AuthorsCSPConfig,
+    running_sum,
+    step_angles,
+)
+from structattn_lite.models.csp_stacked import SeedStack, _rotate, _TokenRows, seed_token_rows
 
 
 class _StateRecurrence(torch.autograd.Function):
@@ -84,10 +86,7 @@ class _RotateDrive(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, wx, cos, sin, bias, gamma):
-        wr, wi = wx[..., 0, :], wx[..., 1, :]
-        b = torch.empty_like(wx)
-        torch.mul(wr, cos, out=b[..., 0, :]).addcmul_(wi, sin, value=-1.0)
-        torch.mul(wr, sin, out=b[..., 1, :]).addcmul_(wi, cos)
+        b = _rotate(wx, cos, sin)
         if bias is not None:
             b.add_(bias[:, None, None, None, :])
         ctx.save_for_backward(wx, cos, sin, b, gamma)
@@ -102,9 +101,7 @@ class _RotateDrive(torch.autograd.Function):
         if g_b is not None:
             g.add_(g_b)
         gr, gi, wr, wi = g[..., 0, :], g[..., 1, :], wx[..., 0, :], wx[..., 1, :]
-        g_wx = torch.empty_like(g)
-        torch.mul(gr, cos, out=g_wx[..., 0, :]).addcmul_(gi, sin)
-        torch.mul(gi, cos, out=g_wx[..., 1, :]).addcmul_(gr, sin, value=-1.0)
+        g_wx = _rotate(g, cos, sin, back=True)
         g_cos = torch.addcmul(gr * wr, gi, wi).sum(-1, keepdim=True)
         g_sin = torch.addcmul(gi * wr, gr, wi, value=-1.0).sum(-1, keepdim=True)
         g_bias = g.sum((1, 2, 3)) if ctx.has_bias else None
@@ -190,10 +187,8 @@ class StackedAuthorsCSP(SeedStack):
                 self.register_parameter(_key(name), nn.Parameter(tensor))
             else:
                 self.register_buffer(_key(name), tensor)
-        if init:  # S fresh reference initialisations, one after another
-            with torch.no_grad():
-                for i in range(n_seeds):
-                    self._copy_in(i, AuthorsCSP(cfg))
+        if init:
+            self._fresh()
 
     def _copy_in(self, i: int, model: AuthorsCSP) -> None:
         for name, value in model.state_dict().items():
@@ -202,20 +197,17 @@ class StackedAuthorsCSP(SeedStack):
     def _seed_state(self, i: int, ref_state: dict) -> dict:
         return {name: self.w(name)[i].detach().clone() for name in self.names}
 
-    def w(self, name: str) -> torch.Tensor:
-        return getattr(self, _key(name))
+    def w(self, name: str) -> torch.Tensor | None:
+        """The stacked tensor of the reference's ``name`` (None where it has none: a bias)."""
+        return getattr(self, _key(name), None)
 
     def _inputs(self) -> torch.Tensor:
         """The first block's input for each token value: [S, V, 2, H] (imaginary part 0)."""
         s, v, kind = self.n_seeds, self.cfg.vocab_size, self.traits.embedding
         if kind == "scalar_tanh":  # the token fed as a number
-            values = torch.arange(
-                v, dtype=self.w("encoder.weight").dtype, device=self.w("encoder.weight").device
-            )
-            x = torch.tanh(
-                values[None, :, None] * self.w("encoder.weight")[:, None, :, 0]
-                + self.w("encoder.bias")[:, None]
-            )
+            w = self.w("encoder.weight")  # [S, H, 1]
+            values = torch.arange(v, dtype=w.dtype, device=w.device)[None, :, None]
+            x = torch.tanh(values * w[:, None, :, 0] + self.w("encoder.bias")[:, None])
         else:
             x = _linear(
                 self.w("embed.weight"), self.w("embed_proj.weight"), self.w("embed_proj.bias")
@@ -223,49 +215,36 @@ class StackedAuthorsCSP(SeedStack):
             x = x if kind == "frozen_table" else torch.tanh(x)
         return torch.stack([x, torch.zeros_like(x)], 2).view(s, v, 2, -1)
 
-    def _angles(self, c: torch.Tensor) -> torch.Tensor:
-        """phi of every step before any running sum, from theta_proj's output c [..., 1 | 2]."""
-        kind = self.traits.angle
-        if kind in ("step_tanh", "cumulative_tanh"):
-            return math.pi * torch.tanh(c)
-        if kind == "cumulative_atan2_tanh":
-            c = torch.tanh(c)
-            c = c / torch.sqrt(c.square().sum(-1, keepdim=True) + 1e-8).detach()
-        x, y = c[..., :1], c[..., 1:]
-        return torch.atan2(y, x + torch.sign(x) * 1e-9)
-
     def _projections(self, i: int, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Everything block i reads from its input rows x [S, N, 2, H] alone (no state)."""
         p, s = f"layers.{i}.", x.shape[0]
         flat = x.reshape(s, -1, x.shape[-1] * 2)
         out = {
-            "c": _linear(
-                flat,
-                self.w(p + "theta_proj.weight"),
-                getattr(self, _key(p + "theta_proj.bias"), None),
-            ),
+            "c": _linear(flat, self.w(p + "theta_proj.weight"), self.w(p + "theta_proj.bias")),
             "wx": _linear(x.reshape(s, -1, x.shape[-1]), self.w(p + "B_proj.weight")).view(x.shape),
         }
         if self.traits.gates_read == "state":
-            gates = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
-            bias = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
-            out["gates"] = _linear(flat, gates, bias)  # [.., 2]: delta_proj(x), gamma_proj(x)
+            out["gates"] = self._gates(p, flat)
         return out
+
+    def _gates(self, p: str, x: torch.Tensor) -> torch.Tensor:
+        """delta_proj(x) and gamma_proj(x) of the block named ``p`` as one matmul: [S, N, 2]."""
+        w = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
+        b = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
+        return _linear(x, w, b)
 
     def _block(self, i: int, x: torch.Tensor, proj: dict, last: bool) -> torch.Tensor:
         """Block i on x [S, T, B, 2, H] given its input projections (each [S, T, B, ...])."""
         p, traits = f"layers.{i}.", self.traits
         s, steps, batch, _, hidden = x.shape
-        phi = self._angles(proj["c"])
+        phi = step_angles(proj["c"], traits.angle)
         if traits.angle != "step_tanh":
             phi = running_sum(phi)  # float32 step by step, as theirs
         cos, sin = phi.cos(), phi.sin()  # [S, T, B, 1]
-        bias = getattr(self, _key(p + "B_proj.bias"), None)
+        bias = self.w(p + "B_proj.bias")
         if traits.gates_read == "drive":  # both gates read the drive; the decay no state
             b = _RotateDrive.apply(proj["wx"], cos, sin, bias, torch.ones_like(cos))[0]
-            gates = torch.cat([self.w(p + "delta_proj.weight"), self.w(p + "gamma_proj.weight")], 1)
-            bias = torch.cat([self.w(p + "delta_proj.bias"), self.w(p + "gamma_proj.bias")], 1)
-            pre = _linear(b.view(s, -1, 2 * hidden), gates, bias).view(s, steps, batch, 2)
+            pre = self._gates(p, b.view(s, -1, 2 * hidden)).view(s, steps, batch, 2)
             drive = b * ((1 + torch.sin(pre[..., 1:])) / 2).unsqueeze(-1)
             w = None
         else:
@@ -299,10 +278,7 @@ class StackedAuthorsCSP(SeedStack):
                 }
             x = self._block(i, x, proj, last and i == n_layers - 1)
         features = _Phase.apply(x, self.traits.decoder_eps)  # [cos psi | sin psi]
-        logits = _linear(
-            features.reshape(s, -1, 2 * features.shape[-1]),
-            self.w("decoder.weight"),
-            self.w("decoder.bias"),
-        )
+        flat = features.reshape(s, -1, 2 * features.shape[-1])
+        logits = _linear(flat, self.w("decoder.weight"), self.w("decoder.bias"))
         logits = logits.view(s, -1, batch, self.cfg.n_classes).transpose(1, 2)
         return logits[:, :, -1] if last else logits

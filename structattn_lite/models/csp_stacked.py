@@ -13,10 +13,10 @@ seed s out; the tests check outputs and gradients), changing only the form:
   V rows and are gathered per token (a token's row is the same at every position);
 - everything between the projections and the next block (angles, gates, rotation, the
   recurrence, SiLU, skip, normalisation) is one autograd node with a hand-written
-  backward (``models/csp_stacked_core.py``): at these sizes a step pays per-op overhead
-  more than arithmetic. The
-  recurrence is a loop of in-place steps whatever ``cfg.scan`` says (the scan computes
-  the same recurrence; at T = 16 the loop is 15 small ops, the scan more and larger ones).
+  backward (``_BlockCore``), and the token gather and the decoder's phase are one node
+  each: at these sizes a step pays per-op overhead more than arithmetic. The recurrence
+  is a loop of in-place steps whatever ``cfg.scan`` says (the scan computes the same
+  recurrence; at T = 16 the loop is 15 small ops, the scan more and larger ones).
 
 Activations are time-major inside ([S, T, B, 2d]); tokens [S, B, T] (or [B, T], shared
 by every seed) in, logits [S, B, T, C] out, or [S, B, C] with ``last=True`` (the
@@ -25,12 +25,215 @@ last position only, all a sequence-labelled loss reads: it saves the last block'
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.models.csp import CSP, CSPConfig
-from structattn_lite.models.csp_stacked_core import _BlockCore, _Spec, _TokenRows, _Unit
+
+# --- autograd nodes; a complex vector is [re | im], viewed as [..., 2, d] by ``_pair`` ---
+
+EPS = 1e-6  # of the reference's h / (|h| + 1e-6)
+
+
+def _pair(t: torch.Tensor, d: int) -> torch.Tensor:
+    """[..., 2d] as [..., 2, d]: index -2 picks the real (0) or imaginary (1) half."""
+    return t.view(*t.shape[:-1], 2, d)
+
+
+def _dot(a5: torch.Tensor, b5: torch.Tensor) -> torch.Tensor:
+    """Re a Re b + Im a Im b per component: [..., 2, d] pairs -> [..., d]."""
+    return torch.addcmul(a5[..., 0, :] * b5[..., 0, :], a5[..., 1, :], b5[..., 1, :])
+
+
+def _rotate(x5: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, back: bool = False):
+    """x e^{i theta} per component of x [..., 2, d]; ``back``: e^{-i theta}, the way a
+    gradient goes back through the rotation."""
+    xr, xi, out = x5[..., 0, :], x5[..., 1, :], torch.empty_like(x5)
+    if back:
+        torch.mul(xr, cos, out=out[..., 0, :]).addcmul_(xi, sin)
+        torch.mul(xi, cos, out=out[..., 1, :]).addcmul_(xr, sin, value=-1.0)
+    else:
+        torch.mul(xr, cos, out=out[..., 0, :]).addcmul_(xi, sin, value=-1.0)
+        torch.mul(xr, sin, out=out[..., 1, :]).addcmul_(xi, cos)
+    return out
+
+
+def _unit_forward(y5: torch.Tensor):
+    """y / (|y| + eps) per complex component, y as [..., 2, d]; returns out, |y|, |y| + eps."""
+    n = torch.hypot(y5[..., 0, :], y5[..., 1, :])  # |y| without overflow, as torch.abs
+    den = n + EPS
+    return y5 / den.unsqueeze(-2), n, den
+
+
+def _unit_backward(g5: torch.Tensor, y5: torch.Tensor, n: torch.Tensor, den: torch.Tensor):
+    # d(y/den) = g/den - <g, y> y / (den^2 |y|); at y = 0 the second term is 0 (torch: sgn(0) = 0)
+    p = _dot(g5, y5)
+    coef = torch.where(n > 0, p / den / n.clamp_min(torch.finfo(n.dtype).tiny), 0.0)
+    return (g5 - coef.unsqueeze(-2) * y5) / den.unsqueeze(-2)
+
+
+class _Unit(torch.autograd.Function):
+    """The decoder's phase, h / (|h| + 1e-6) per component, on [..., 2d]."""
+
+    @staticmethod
+    def forward(ctx, y):
+        y5 = _pair(y, y.shape[-1] // 2)
+        out, n, den = _unit_forward(y5)
+        ctx.save_for_backward(y5, n, den)
+        return out.view(y.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        y5, n, den = ctx.saved_tensors
+        return _unit_backward(_pair(g.contiguous(), y5.shape[-1]), y5, n, den).view(g.shape)
+
+
+class _TokenRows(torch.autograd.Function):
+    """table [S, V, k] -> table[s, token] at every position, rows = token + s V [S, T, B].
+
+    The backward sums each row's gradient over all its positions in float64 (as fast as
+    embedding's float32 running sum here, and 10x closer to the exact sum on 1,024 rows).
+    """
+
+    @staticmethod
+    def forward(ctx, table, rows):
+        ctx.save_for_backward(rows)
+        ctx.table_shape = table.shape
+        return F.embedding(rows, table.reshape(-1, table.shape[-1]))
+
+    @staticmethod
+    def backward(ctx, g):
+        (rows,) = ctx.saved_tensors
+        shape = ctx.table_shape
+        total = g.new_zeros(shape[0] * shape[1], shape[2], dtype=torch.float64)
+        total.index_add_(0, rows.reshape(-1), g.reshape(-1, shape[2]).double())
+        return total.to(g.dtype).view(shape), None
+
+
+class _BlockCore(torch.autograd.Function):
+    """z [S,T,B,2d], pre [S,T,B,k] = (delta | gamma | angle) -> the block's output.
+
+    ``last`` keeps only the last time step of the output (the recurrence still runs over
+    all of them).
+    """
+
+    @staticmethod
+    def forward(ctx, z, pre, skip_logit, cfg: CSPConfig, last: bool):
+        d, decay = cfg.d_model, cfg.gates == "decay"
+        z5 = _pair(z, d)
+        delta = pre[..., :d]
+        if cfg.rotation != "none":  # rotate the input: r = z e^{i theta}
+            tanh_a = torch.tanh(pre[..., (2 if decay else 1) * d :])  # after delta (and gamma)
+            theta = tanh_a * math.pi
+            if cfg.rotation == "cumulative":
+                theta = theta.cumsum(1)
+            cos, sin = theta.cos(), theta.sin()
+            r5 = _rotate(z5, cos, sin)
+        else:
+            tanh_a = cos = sin = None
+            r5 = z5
+        if decay:  # alpha = exp(-softplus(delta)) = sigmoid(-delta); gamma = (1 + sin g) / 2
+            alpha = torch.sigmoid(-delta)
+            gamma = pre[..., d : 2 * d].sin().add_(1.0).mul_(0.5)
+        else:
+            alpha = gamma = F.softplus(delta)
+        a5 = alpha.unsqueeze(-2)
+        h5 = r5 * gamma.unsqueeze(-2)  # the drive, turned into the states in place
+        a_t = a5.unbind(1)  # one view per step: cheaper than indexing inside the loop
+        if cfg.silu == "step":  # h_t = SiLU(alpha_t h_{t-1} + drive_t): keep pre-activations
+            p5 = h5
+            h5 = torch.empty_like(p5)
+            p_t, h_t = p5.unbind(1), h5.unbind(1)
+            h_t[0].copy_(F.silu(p_t[0]))
+            for t in range(1, len(h_t)):
+                h_t[t].copy_(F.silu(p_t[t].addcmul_(a_t[t], h_t[t - 1])))
+        else:
+            p5 = None
+            h_t = h5.unbind(1)
+            for t in range(1, len(h_t)):
+                h_t[t].addcmul_(a_t[t], h_t[t - 1])
+        hs5, zs5 = (h5[:, -1:], z5[:, -1:]) if last else (h5, z5)
+        y5 = F.silu(hs5) if cfg.silu == "boundary" else hs5
+        sg = None
+        if cfg.skip:
+            sg = torch.sigmoid(skip_logit)[:, None, None, None, :]
+            y5 = torch.addcmul(y5, zs5, sg)
+        n = den = None
+        if cfg.norm == "complex":  # (a LayerNorm comes after the node)
+            out5, n, den = _unit_forward(y5)
+        else:
+            out5 = y5.clone() if y5 is hs5 else y5  # never hand out the saved states
+        ctx.cfg, ctx.last = cfg, last
+        ctx.save_for_backward(z5, pre, tanh_a, cos, sin, r5, alpha, gamma, h5, p5, y5, sg, n, den)
+        return out5.contiguous().view(*out5.shape[:-2], 2 * d)
+
+    @staticmethod
+    def backward(ctx, g_out):
+        cfg, last = ctx.cfg, ctx.last
+        z5, pre, tanh_a, cos, sin, r5, alpha, gamma, h5, p5, y5, sg, n, den = ctx.saved_tensors
+        d, decay = cfg.d_model, cfg.gates == "decay"
+        g5 = _pair(g_out.contiguous(), d)
+        fresh = cfg.norm == "complex" or cfg.silu == "boundary"  # g5 is ours to overwrite
+        if cfg.norm == "complex":
+            g5 = _unit_backward(g5, y5, n, den)
+        g_skip = gz_skip = None
+        if cfg.skip:
+            zs5 = z5[:, -1:] if last else z5
+            gz_skip = g5 * sg
+            g_sg = (g5 * zs5).sum((1, 2, 3))
+            g_skip = g_sg * sg[:, 0, 0, 0] * (1 - sg[:, 0, 0, 0])
+        hs5 = h5[:, -1:] if last else h5
+        if cfg.silu == "boundary":
+            g5 = torch.ops.aten.silu_backward(g5, hs5)
+        if last:  # only the last step had an output
+            gh5 = torch.zeros_like(h5)
+            gh5[:, -1:] = g5
+        else:
+            gh5 = g5 if fresh else g5.clone()
+        a_t, g_t = alpha.unsqueeze(-2).unbind(1), gh5.unbind(1)
+        # reverse recurrence: g_drive_t = g_h_t + alpha_{t+1} g_drive_{t+1} (through SiLU)
+        if cfg.silu == "step":
+            p_t = p5.unbind(1)
+            for t in range(len(g_t) - 1, -1, -1):
+                g_t[t].copy_(torch.ops.aten.silu_backward(g_t[t], p_t[t]))
+                if t:
+                    g_t[t - 1].addcmul_(a_t[t], g_t[t])
+        else:
+            for t in range(len(g_t) - 1, 0, -1):
+                g_t[t - 1].addcmul_(a_t[t], g_t[t])
+        g_alpha = torch.zeros_like(alpha)
+        g_alpha[:, 1:] = _dot(gh5[:, 1:], h5[:, :-1])
+        g_gamma = _dot(gh5, r5)
+        g_r5 = gh5.mul_(gamma.unsqueeze(-2))
+        parts, delta = [], pre[..., :d]
+        if decay:
+            # d sigmoid(-x) / dx = -a (1 - a), with 1 - a = sigmoid(x) (no cancellation)
+            parts.append(g_alpha.mul_(alpha).mul_(torch.sigmoid(delta)).neg_())
+            parts.append(g_gamma.mul_(pre[..., d : 2 * d].cos()).mul_(0.5))
+        else:
+            parts.append(g_alpha.add_(g_gamma).mul_(torch.sigmoid(delta)))
+        if cfg.rotation != "none":
+            gr, gi = g_r5[..., 0, :], g_r5[..., 1, :]
+            rr, ri = r5[..., 0, :], r5[..., 1, :]
+            g_theta = gi * rr - gr * ri
+            if cfg.angle_dims == "scalar":
+                g_theta = g_theta.sum(-1, keepdim=True)
+            gz5 = _rotate(g_r5, cos, sin, back=True)
+            if cfg.rotation == "cumulative":
+                g_theta = g_theta.flip(1).cumsum(1).flip(1)
+            parts.append(g_theta.mul_(1 - tanh_a.square()).mul_(math.pi))
+        else:
+            gz5 = g_r5
+        if cfg.skip:
+            (gz5[:, -1:] if last else gz5).add_(gz_skip)
+        g_pre = torch.cat(parts, -1)
+        return gz5.view(*gz5.shape[:-2], 2 * d), g_pre, g_skip, None, None
+
+
+# --- the modules -----------------------------------------------------------------------
 
 
 class StackedBlock(nn.Module):
@@ -38,17 +241,7 @@ class StackedBlock(nn.Module):
 
     def __init__(self, cfg: CSPConfig, n_seeds: int):
         super().__init__()
-        d, s = cfg.d_model, n_seeds
-        n_angles = 0 if cfg.rotation == "none" else (d if cfg.angle_dims == "per_dim" else 1)
-        self.spec = _Spec(
-            d=d,
-            n_angles=n_angles,
-            cumulative=cfg.rotation == "cumulative",
-            decay=cfg.gates == "decay",
-            silu=cfg.silu,
-            skip=cfg.skip,
-            complex_norm=cfg.norm == "complex",
-        )
+        d, s, self.cfg = cfg.d_model, n_seeds, cfg
         self.in_re = nn.Parameter(torch.empty(s, d, d))
         self.in_im = nn.Parameter(torch.empty(s, d, d))
         self.delta_w = nn.Parameter(torch.empty(s, d, d))
@@ -58,7 +251,7 @@ class StackedBlock(nn.Module):
             self.gamma_b = nn.Parameter(torch.empty(s, 1, d))
         a = d if cfg.angle_dims == "per_dim" else 1
         angle_w, angle_b = torch.empty(s, d, a), torch.empty(s, 1, a)
-        if n_angles:
+        if cfg.rotation != "none":
             self.angle_w, self.angle_b = nn.Parameter(angle_w), nn.Parameter(angle_b)
         else:  # unused by the reference too (its grad is None): kept only to copy back
             self.register_buffer("angle_w", angle_w)
@@ -75,18 +268,18 @@ class StackedBlock(nn.Module):
         bottom = torch.cat([-self.in_im, self.in_re], -1)
         z = torch.bmm(u, torch.cat([top, bottom], 1))
         w, b = [self.delta_w], [self.delta_b]
-        if self.spec.decay:
+        if self.cfg.gates == "decay":
             w.append(self.gamma_w)
             b.append(self.gamma_b)
-        if self.spec.n_angles:
+        if self.cfg.rotation != "none":
             w.append(self.angle_w)
             b.append(self.angle_b)
-        pre = torch.baddbmm(torch.cat(b, -1), z[..., : self.spec.d], torch.cat(w, -1))
+        pre = torch.baddbmm(torch.cat(b, -1), z[..., : self.cfg.d_model], torch.cat(w, -1))
         return z, pre
 
     def core(self, z: torch.Tensor, pre: torch.Tensor, last: bool = False) -> torch.Tensor:
         """The block's output [S, T, B, 2d] (T = 1 with ``last``) from z and pre [S, T, B, .]."""
-        out = _BlockCore.apply(z, pre, getattr(self, "skip_gate", None), self.spec, last)
+        out = _BlockCore.apply(z, pre, getattr(self, "skip_gate", None), self.cfg, last)
         if hasattr(self, "ln_w"):  # LayerNorm over (Re, Im) with each seed's affine
             out = F.layer_norm(out, out.shape[-1:])
             out = torch.addcmul(self.ln_b[:, None, None], out, self.ln_w[:, None, None])
@@ -119,6 +312,12 @@ class SeedStack(nn.Module):
         if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
             raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
         self.cfg, self.n_seeds = cfg, n_seeds
+
+    @torch.no_grad()
+    def _fresh(self) -> None:
+        """S fresh reference initialisations, one after another (the torch seed's S draws)."""
+        for i in range(self.n_seeds):
+            self._copy_in(i, self.reference(self.cfg))
 
     @classmethod
     def stack(cls, models: list[nn.Module]):
@@ -170,10 +369,8 @@ class StackedCSP(SeedStack):
         self.blocks = nn.ModuleList(StackedBlock(cfg, s) for _ in range(cfg.n_layers))
         self.dec_w = nn.Parameter(torch.empty(s, 2 * d, cfg.n_classes))
         self.dec_b = nn.Parameter(torch.empty(s, 1, cfg.n_classes))
-        if init:  # S fresh reference initialisations, one after another
-            with torch.no_grad():
-                for i in range(s):
-                    self._copy_in(i, CSP(cfg))
+        if init:
+            self._fresh()
 
     def _copy_in(self, i: int, model: CSP) -> None:
         state = model.state_dict()
