@@ -322,14 +322,11 @@ def ghouila_houri(A: Any, max_size: int = 10) -> bool:
             f"ghouila_houri enumerates ~3**{A.shape[0]} signings; min(shape) must be "
             f"<= max_size={max_size}"
         )
-    signs: dict[int, np.ndarray] = {}
     for k in range(1, A.shape[0] + 1):
         # Fix the first sign: negating a signing only negates its sums.
-        tails = np.array(list(itertools.product((1, -1), repeat=k - 1)), dtype=np.int64)
-        signs[k] = np.hstack([np.ones((len(tails), 1), np.int64), tails.reshape(len(tails), -1)])
-    for k in range(1, A.shape[0] + 1):
+        signs = np.array([(1, *tail) for tail in itertools.product((1, -1), repeat=k - 1)])
         for rows in itertools.combinations(range(A.shape[0]), k):
-            sums = signs[k] @ A[list(rows)]
+            sums = signs @ A[list(rows)]
             if not (np.abs(sums) <= 1).all(axis=1).any():
                 return False
     return True

@@ -30,8 +30,11 @@ def in_grid_order(variants) -> list[str]:
     return sorted(met, key=lambda v: known.index(v) if v in known else len(known) + met.index(v))
 
 
-def _variants(records: list[RunRecord]) -> list[str]:
-    return in_grid_order(r.extra["variant"] for r in records)
+def _message(text: str) -> Figure:
+    """A small figure that says why there is nothing to draw."""
+    fig = Figure(figsize=figure_size(1, height=2))
+    fig.subplots().text(0.5, 0.5, text, ha="center")
+    return fig
 
 
 def _history_frame(records: list[RunRecord], metric: str) -> pd.DataFrame:
@@ -54,9 +57,7 @@ def plot_learning_curves(
     what = {"val_bpc": "validation bits per character", "val_loss": "validation loss (nats)"}
     frame = _history_frame(records, metric)
     if frame.empty:
-        fig = Figure(figsize=figure_size(1, height=2))
-        fig.subplots().text(0.5, 0.5, "no finished runs", ha="center")
-        return fig
+        return _message("no finished runs")
     variants = in_grid_order(frame["variant"])
     panels = len(variants) + 1
     rows = -(-panels // 4)  # at most 4 a row, and the rows as evenly filled as they go
@@ -133,9 +134,7 @@ def plot_rate_sweeps(records: list[RunRecord], ran_at: dict[str, float] | None =
     (``ran_at``: variant -> rate). Where the lines' rings differ, the schedule decided."""
     text = [r for r in records if r.config["dataset"] not in ("digits", "cifar10")]
     if not text:
-        fig = Figure(figsize=figure_size(1, height=2))
-        fig.subplots().text(0.5, 0.5, "no tuning runs", ha="center")
-        return fig
+        return _message("no tuning runs")
     frames = []
     for steps in sorted({r.config["recipe"]["max_steps"] for r in text}):
         sweep = rate_sweep([r for r in text if r.config["recipe"]["max_steps"] == steps])
@@ -233,7 +232,7 @@ def plot_weight_histograms(records: list[RunRecord]) -> Figure:
     recs = [r for r in records if r.config["kind"] == "matroidal" and r.extra.get("weights")]
     fig = Figure(figsize=figure_size(1, height=2.4), layout="constrained")
     ax = fig.subplots()
-    for v in _variants(recs):
+    for v in in_grid_order(r.extra["variant"] for r in recs):
         vals = np.concatenate(
             [np.ravel(w) for r in recs if r.extra["variant"] == v for w in r.extra["weights"]]
         )
