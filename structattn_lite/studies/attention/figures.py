@@ -255,12 +255,8 @@ def plot_attention_map(record: RunRecord, layer: int = 0, head: int = 0) -> Figu
         labels = [t if t != "\n" else "⏎" for t in text]
         ax.set_xticks(range(len(labels)), labels, fontsize=5)
         ax.set_yticks(range(len(labels)), labels, fontsize=5)
-    ax.set(
-        xlabel="key",
-        ylabel="query",
-        title=f"{model_style(record.extra['variant'])['name']}, seed {record.seed}\n"
-        f"layer {layer}, head {head}",
-    )
+    name = model_style(record.extra["variant"])["name"]
+    ax.set(xlabel="key", ylabel="query", title=f"{name}, seed {record.seed}\nlayer {layer}, head {head}")  # fmt: skip
     fig.colorbar(im, ax=ax, fraction=0.046)
     return fig
 
@@ -276,11 +272,8 @@ def plot_pruning(records: list[RunRecord]) -> Figure:
             style = model_style(r.extra["variant"])
             ax.plot(p["kept"], p["val_bpc"], color=style["color"], marker=style["marker"],
                     alpha=0.7, label=f"{style['name']}, seed {r.seed}")  # fmt: skip
-    ax.set(
-        xlabel="share of support columns kept",
-        ylabel="validation bits per character",
-        title="pruning columns with $\\ell_e < \\delta$,\nthen a short fine-tune",
-    )
+    ax.set(xlabel="share of support columns kept", ylabel="validation bits per character",
+           title="pruning columns with $\\ell_e < \\delta$,\nthen a short fine-tune")  # fmt: skip
     fig.legend(loc="outside lower center", ncols=2, fontsize=6)  # below, not over the curves
     return fig
 
@@ -294,12 +287,9 @@ def run_browser(records: list[RunRecord]):
     names = [f"{r.extra['variant']} | {r.config['dataset']} | f={r.config['data_fraction']:g} | "
              f"{r.config['recipe']['precision']} | seed {r.seed}" for r in ok]  # fmt: skip
     run = w.Dropdown(options=list(zip(names, range(len(ok)), strict=True)), description="run")
-    layer = w.IntSlider(
-        0, 0, max(len(ok[0].extra["maps"]) - 1, 0) if ok else 0, description="layer"
-    )
-    head = w.IntSlider(
-        0, 0, max(len(ok[0].extra["maps"][0]) - 1, 0) if ok else 0, description="head"
-    )
+    maps = ok[0].extra["maps"] if ok else [[]]  # [layer][head][N][N]
+    layer = w.IntSlider(0, 0, max(len(maps) - 1, 0), description="layer")
+    head = w.IntSlider(0, 0, max(len(maps[0]) - 1, 0), description="head")
     out = w.Output()
 
     def show(*_):
