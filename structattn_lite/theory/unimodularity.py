@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from structattn_lite.theory.support import incidence_matrix
+
 DEFAULT_MAX_MINORS = 20_000  # pure-Python Bareiss: about half a second of work
 
 CRITERIA = ("empty", "entries", "network", "heller-tompkins", "interval", "exhaustive")
@@ -334,8 +336,6 @@ def ghouila_houri(A: Any, max_size: int = 10) -> bool:
 
 def tu_examples(seed: int = 0) -> dict[str, np.ndarray]:
     """Small matrices the notebook and tests use: TU and not, with a telling structure."""
-    from structattn_lite.theory.support import incidence_matrix
-
     c5 = [(i, (i + 1) % 5) for i in range(5)]
     rng = np.random.default_rng(seed)
     return {
