@@ -84,13 +84,10 @@ def quadratic_form_identity_gap(A: Any, weights: Any, eps: float, x: Any) -> flo
 
 def weighted_laplacian(n_nodes: int, edges: Sequence[Edge], weights: Any) -> np.ndarray:
     """D - W of the weighted graph, built by networkx (repeated edges: weights add up)."""
-    w = np.asarray(weights, dtype=np.float64)
-    G = nx.Graph()
+    G = nx.MultiGraph()
     G.add_nodes_from(range(_int("n_nodes", n_nodes, 1)))
-    for (u, v), we in zip(edges, w, strict=True):
-        old = G.get_edge_data(u, v, default={"weight": 0.0})["weight"]
-        G.add_edge(u, v, weight=old + float(we))
-    W = nx.to_numpy_array(G, nodelist=range(n_nodes), weight="weight")  # no scipy needed
+    G.add_weighted_edges_from((u, v, float(we)) for (u, v), we in zip(edges, weights, strict=True))
+    W = nx.to_numpy_array(G, nodelist=range(n_nodes), weight="weight")  # parallel edges: summed
     return np.diag(W.sum(axis=1)) - W
 
 
