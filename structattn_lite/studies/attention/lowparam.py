@@ -55,15 +55,12 @@ def _test_bpc(g: pd.DataFrame) -> dict:
             "median steps": g["steps"].median()}  # fmt: skip
 
 
-def _tuning_runs(runs: pd.DataFrame | None) -> pd.DataFrame:
-    return runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else finals(runs)
-
-
 def table(runs: pd.DataFrame | None) -> pd.DataFrame:
     """One row per (d_model, variant) of the grid: its tuning runs so far, its chosen
     rate, parameters and test bpc over the final runs (no numbers and 0 seeds where the
     finals are not trained yet)."""
-    done, tuned = finals(runs), _tuning_runs(runs)
+    done = finals(runs)
+    tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else done
     rows = []
     for d, variant in cells():
         g = done[(done["d_model"] == d) & (done["variant"] == variant)]
@@ -124,8 +121,9 @@ def tuning_table(histories: list[RunRecord]) -> pd.DataFrame:
 
 def caption(runs: pd.DataFrame | None) -> str:
     """The grid a table or figure comes from, read off the spec and the runs."""
-    spec, done, tuned = GRIDS[GRID], finals(runs), _tuning_runs(runs)
+    spec, done = GRIDS[GRID], finals(runs)
     recipe = spec["recipe"]
+    tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else done
     return (
         f"grid {GRID}: 2 layers, context 128, batch 32, character PTB; cosine over at most "
         f"{recipe['max_steps']:,} steps, early stop after {recipe['patience']} evaluations "
@@ -148,13 +146,6 @@ def floors() -> dict[str, float]:
     return dict(frame.loc[frame["split"] == "test", ["model", "bpc"]].values)
 
 
-def _errorbars(ax, x: pd.Series, g: pd.DataFrame, variant: str) -> None:
-    """Test bpc of ``g``'s rows against ``x`` with their 95% intervals."""
-    style = model_style(variant)
-    ax.errorbar(x, g["test bpc"], yerr=[g["test bpc"] - g["95% low"], g["95% high"] - g["test bpc"]],
-                color=style["color"], marker=style["marker"], capsize=2)  # fmt: skip
-
-
 def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     """Five panels: (a) the rate sweep as the choice read it (``tuning``) against the
     peak rate (rates with all tuning seeds in); (b, c) test bpc of the final runs against
@@ -174,9 +165,13 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
         style = model_style(variant)
         sweep_ax.plot(g["lr"], g["val bpc"], ls=ls_of.get(d, ":"), color=style["color"],
                       marker=style["marker"], label=style["name"] if d == sizes[0] else None)  # fmt: skip
-    for variant, g in summary.groupby("variant", sort=False):
-        for ax, x in ((params_ax, "params"), (metric_ax, "metric params")):
-            _errorbars(ax, g[x], g, variant)
+    low_data = low_data_table(runs).query("seeds > 0")
+    for ax, frame, x in ((params_ax, summary, "params"), (metric_ax, summary, "metric params"),
+                         (data_ax, low_data, "fraction")):  # fmt: skip
+        for variant, g in frame.groupby("variant", sort=False):  # test bpc, 95% interval
+            style = model_style(variant)
+            ax.errorbar(g[x], g["test bpc"], yerr=[g["test bpc"] - g["95% low"], g["95% high"] -
+                        g["test bpc"]], color=style["color"], marker=style["marker"], capsize=2)  # fmt: skip
     for d, ls in ls_of.items():
         for variant in summary["variant"].unique():
             curves = [r.history.set_index("step")["val_bpc"] for r in histories
@@ -186,8 +181,6 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
                 mean = pd.concat(curves, axis=1).mean(axis=1)
                 chars = mean.index * 32 * 128  # batch x context per step
                 curve_ax.plot(chars, mean.values, ls=ls, color=model_style(variant)["color"])
-    for variant, g in low_data_table(runs).query("seeds > 0").groupby("variant", sort=False):
-        _errorbars(data_ax, g["fraction"], g, variant)
     known = floors()  # on the curves only: beside the final numbers they flatten the scale
     for name in FLOORS_DRAWN:
         if name in known:
