@@ -204,26 +204,24 @@ def attention() -> list[dict]:
                 seeds=min(len(a), len(b))))  # fmt: skip
     ours, dense = col("main", m, "params_metric"), col("main", "dense", "params_metric")
     fewer = ours[0] < dense[0] if ours and dense else None
+    # what the two rows below (a count, not a difference) share with the card's other rows
+    card = dict(study="attention", source="the attention card", protocol=protocol,
+                grid="committed (attention)", command=ATTENTION_COMMAND)  # fmt: skip
     rows.append(row(
-        id="attention/fewer_parameters", study="attention", source="the attention card",
-        claim=f"{name(m)} has fewer metric parameters than {name('dense')}", ours=ours[0] if ours else math.nan,
-        published=math.nan, seeds=len(ours),
+        id="attention/fewer_parameters", claim=f"{name(m)} has fewer metric parameters than "
+        f"{name('dense')}", ours=ours[0] if ours else math.nan, seeds=len(ours),
         verdict=stats.REPRODUCED if fewer else stats.NOT_REPRODUCED if fewer is False else
         stats.UNDECIDED, reason=f"{ours[0]:.0f} against {dense[0]:.0f} metric parameters"
-        if ours and dense else "not run", rule="exact count", protocol=protocol,
-        grid="committed (attention)", notebook="02, parameters and FLOPs",
-        command=ATTENTION_COMMAND))  # fmt: skip
+        if ours and dense else "not run", rule="exact count", notebook="02, parameters and FLOPs",
+        **card))  # fmt: skip
     matroidal = finals[finals["kind"] == "matroidal"]
     bad = int((matroidal["fast_nonfinite"] + matroidal["audit_nonfinite_logits"] > 0).sum())
     rows.append(row(
-        id="attention/stable/nonfinite", study="attention", source="the attention card",
-        claim="no non-finite attention logits in any matroidal run", ours=bad,
-        seeds=len(matroidal), verdict=stats.REPRODUCED if bad == 0 and len(matroidal) >=
+        id="attention/stable/nonfinite", claim="no non-finite attention logits in any matroidal run",
+        ours=bad, seeds=len(matroidal), verdict=stats.REPRODUCED if bad == 0 and len(matroidal) >=
         stats.MIN_SEEDS else stats.NOT_REPRODUCED if bad else stats.UNDECIDED,
         reason=f"{bad} of {len(matroidal)} matroidal runs had a non-finite logit",
-        rule="count over every final run", protocol=protocol,
-        grid="committed (attention)", notebook="02, numerical audit",
-        command=ATTENTION_COMMAND))  # fmt: skip
+        rule="count over every final run", notebook="02, numerical audit", **card))  # fmt: skip
     share = {v: [s / r for s, r in zip(col("main", v, "fast_saturated_rows"),
                                        col("main", v, "fast_rows"), strict=True)]
              for v in ("dense", m)}  # fmt: skip

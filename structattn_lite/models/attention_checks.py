@@ -165,8 +165,7 @@ def time_attention(
 
     mods = model.attention_modules()
     device = next(model.parameters()).device
-    ref = build_attention("dot", mods[0].d_model, mods[0].n_heads, causal=mods[0].causal)
-    ref.to(device)
+    ref = build_attention("dot", mods[0].d_model, mods[0].n_heads, causal=mods[0].causal).to(device)
     x = torch.randn(batch, n_tokens, mods[0].d_model, device=device, requires_grad=True)
     clock = time.process_time if device.type == "cpu" else time.perf_counter
 

@@ -59,9 +59,7 @@ class MetricAttention(Attention):
         self.shared_qk = bool(check_choice("shared_qk", shared_qk, (True, False)))
         tau = math.sqrt(self.d_head) if tau is None else tau
         self.tau = check_number("tau", tau, minimum=0.0, strict=True)
-        self.eps = check_number("eps", eps, minimum=0.0)
-        if not (math.isfinite(self.tau) and math.isfinite(self.eps)):
-            raise ValueError(f"tau and eps must be finite, got tau={tau}, eps={eps}")
+        self.eps = check_number("eps", eps, minimum=0.0)  # both finite: check_number says so
         self.learn_tau = bool(check_choice("learn_tau", learn_tau, (True, False)))
         log_tau = torch.full((n_heads,), math.log(self.tau))
         if self.learn_tau:
@@ -166,10 +164,6 @@ class MetricAttention(Attention):
         k_parts = [z_k, -0.5 * sq_k[..., None], ones]
         k = torch.cat(k_parts + ([ones.new_zeros(*ones.shape[:-1], pad)] if pad else []), -1)
         return q.transpose(1, 2), k.transpose(1, 2), sq_q, sq_k
-
-    def folded_qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The kernel's q~, k~ (width d + 2 before padding)."""
-        return self.folded(x)[:2]
 
     def folded_bound(self, sq_q: torch.Tensor, sq_k: torch.Tensor) -> float:
         """An upper bound on |q~ . k~| (Cauchy-Schwarz in the M inner product)."""

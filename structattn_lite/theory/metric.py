@@ -42,17 +42,10 @@ def _check_metric_args(A: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
     return A, w
 
 
-def _check_eps(eps: Any) -> float:
-    eps = check_number("eps", eps, minimum=0.0)
-    if not np.isfinite(eps):
-        raise ValueError(f"eps must be finite, got {eps}")
-    return eps
-
-
 def metric_matrix(A: Any, weights: Any, eps: float) -> np.ndarray:
     """M = sum_e w_e a_e a_e^T + eps I = A diag(w) A^T + eps I (float64, d x d)."""
     A, w = _check_metric_args(A, weights)
-    eps = _check_eps(eps)
+    eps = check_number("eps", eps, minimum=0.0)  # finite: check_number refuses inf
     M = (A * w) @ A.T
     return 0.5 * (M + M.T) + eps * np.eye(A.shape[0])  # symmetric to the last bit
 
@@ -91,13 +84,10 @@ def quadratic_form_identity_gap(A: Any, weights: Any, eps: float, x: Any) -> flo
 
 def weighted_laplacian(n_nodes: int, edges: Sequence[Edge], weights: Any) -> np.ndarray:
     """D - W of the weighted graph, built by networkx (repeated edges: weights add up)."""
-    w = np.asarray(weights, dtype=np.float64)
-    G = nx.Graph()
+    G = nx.MultiGraph()
     G.add_nodes_from(range(_int("n_nodes", n_nodes, 1)))
-    for (u, v), we in zip(edges, w, strict=True):
-        old = G.get_edge_data(u, v, default={"weight": 0.0})["weight"]
-        G.add_edge(u, v, weight=old + float(we))
-    W = nx.to_numpy_array(G, nodelist=range(n_nodes), weight="weight")  # no scipy needed
+    G.add_weighted_edges_from((u, v, float(we)) for (u, v), we in zip(edges, weights, strict=True))
+    W = nx.to_numpy_array(G, nodelist=range(n_nodes), weight="weight")  # parallel edges: summed
     return np.diag(W.sum(axis=1)) - W
 
 
@@ -140,7 +130,7 @@ def _metric_torch(A: Any, w: Any, eps: float, like: torch.Tensor) -> tuple[torch
     A_t = torch.as_tensor(A, dtype=like.dtype, device=like.device)  # numpy or tensor
     w_t = torch.as_tensor(w, dtype=like.dtype, device=like.device)
     _check_metric_args(A_t.detach().cpu().numpy(), w_t.detach().cpu().numpy())
-    eps = _check_eps(eps)
+    eps = check_number("eps", eps, minimum=0.0)
     M = (A_t * w_t) @ A_t.T + eps * torch.eye(A_t.shape[0], dtype=like.dtype, device=like.device)
     return A_t, w_t, M
 

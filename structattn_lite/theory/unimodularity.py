@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from math import comb
 from typing import Any
 
+import networkx as nx
 import numpy as np
+
+from structattn_lite.theory.support import incidence_matrix
 
 DEFAULT_MAX_MINORS = 20_000  # pure-Python Bareiss: about half a second of work
 
@@ -143,7 +146,7 @@ def _heller_tompkins(A: np.ndarray, line: str = "column") -> TUCertificate:
             adj[r].append((s, j, parity))
             adj[s].append((r, j, parity))
     colour: list[int | None] = [None] * n_rows
-    parent: list[tuple[int, int] | None] = [None] * n_rows  # (parent row, column)
+    tree = nx.Graph()  # the BFS forest, each edge labelled with its column of A
     for root in range(n_rows):
         if colour[root] is not None:
             continue
@@ -154,10 +157,12 @@ def _heller_tompkins(A: np.ndarray, line: str = "column") -> TUCertificate:
             for v, j, parity in adj[u]:
                 want = colour[u] ^ parity
                 if colour[v] is None:
-                    colour[v], parent[v] = want, (u, j)
+                    colour[v] = want
+                    tree.add_edge(u, v, col=j)
                     queue.append(v)
-                elif colour[v] != want:
-                    rows, cols = _tree_cycle(parent, u, v)
+                elif colour[v] != want:  # the tree path from u to v and column j: an odd cycle
+                    rows = nx.shortest_path(tree, u, v)
+                    cols = [tree.edges[a, b]["col"] for a, b in itertools.pairwise(rows)]
                     return TUCertificate(
                         False,
                         "heller-tompkins",
@@ -173,38 +178,12 @@ def _heller_tompkins(A: np.ndarray, line: str = "column") -> TUCertificate:
     )
 
 
-def _tree_cycle(parent: list[tuple[int, int] | None], u: int, v: int) -> tuple[list, list]:
-    """Rows and tree columns of the BFS-tree path between u and v."""
-
-    def up(x: int) -> list[tuple[int, int | None]]:
-        path = [(x, None)]
-        while parent[x] is not None:
-            x, j = parent[x]
-            path.append((x, j))
-        return path  # (row, column leading down to the previous row)
-
-    pu, pv = up(u), up(v)
-    on_v = {row for row, _ in pv}
-    lca = next(row for row, _ in pu if row in on_v)
-    rows, cols = [], []
-    for path in (pu, pv):
-        for (row, _), (_, j) in zip(path, path[1:], strict=False):
-            if row == lca:
-                break
-            rows.append(row)
-            cols.append(j)
-    return rows + [lca], cols
-
-
 def _is_interval(A: np.ndarray) -> bool:
     """0/1 entries with the ones of every column consecutive."""
     if not np.isin(A, (0, 1)).all():
         return False
-    for col in A.T:
-        ones = np.flatnonzero(col)
-        if ones.size and ones[-1] - ones[0] + 1 != ones.size:
-            return False
-    return True
+    starts = np.diff(A, axis=0, prepend=0) == 1  # where a run of ones begins
+    return bool((starts.sum(axis=0) <= 1).all())
 
 
 def count_square_submatrices(n_rows: int, n_cols: int, min_size: int = 1) -> int:
@@ -322,14 +301,11 @@ def ghouila_houri(A: Any, max_size: int = 10) -> bool:
             f"ghouila_houri enumerates ~3**{A.shape[0]} signings; min(shape) must be "
             f"<= max_size={max_size}"
         )
-    signs: dict[int, np.ndarray] = {}
     for k in range(1, A.shape[0] + 1):
         # Fix the first sign: negating a signing only negates its sums.
-        tails = np.array(list(itertools.product((1, -1), repeat=k - 1)), dtype=np.int64)
-        signs[k] = np.hstack([np.ones((len(tails), 1), np.int64), tails.reshape(len(tails), -1)])
-    for k in range(1, A.shape[0] + 1):
+        signs = np.array([(1, *tail) for tail in itertools.product((1, -1), repeat=k - 1)])
         for rows in itertools.combinations(range(A.shape[0]), k):
-            sums = signs[k] @ A[list(rows)]
+            sums = signs @ A[list(rows)]
             if not (np.abs(sums) <= 1).all(axis=1).any():
                 return False
     return True
@@ -337,8 +313,6 @@ def ghouila_houri(A: Any, max_size: int = 10) -> bool:
 
 def tu_examples(seed: int = 0) -> dict[str, np.ndarray]:
     """Small matrices the notebook and tests use: TU and not, with a telling structure."""
-    from structattn_lite.theory.support import incidence_matrix
-
     c5 = [(i, (i + 1) % 5) for i in range(5)]
     rng = np.random.default_rng(seed)
     return {

@@ -30,8 +30,11 @@ def in_grid_order(variants) -> list[str]:
     return sorted(met, key=lambda v: known.index(v) if v in known else len(known) + met.index(v))
 
 
-def _variants(records: list[RunRecord]) -> list[str]:
-    return in_grid_order(r.extra["variant"] for r in records)
+def _message(text: str) -> Figure:
+    """A small figure that says why there is nothing to draw."""
+    fig = Figure(figsize=figure_size(1, height=2))
+    fig.subplots().text(0.5, 0.5, text, ha="center")
+    return fig
 
 
 def _history_frame(records: list[RunRecord], metric: str) -> pd.DataFrame:
@@ -54,9 +57,7 @@ def plot_learning_curves(
     what = {"val_bpc": "validation bits per character", "val_loss": "validation loss (nats)"}
     frame = _history_frame(records, metric)
     if frame.empty:
-        fig = Figure(figsize=figure_size(1, height=2))
-        fig.subplots().text(0.5, 0.5, "no finished runs", ha="center")
-        return fig
+        return _message("no finished runs")
     variants = in_grid_order(frame["variant"])
     panels = len(variants) + 1
     rows = -(-panels // 4)  # at most 4 a row, and the rows as evenly filled as they go
@@ -133,9 +134,7 @@ def plot_rate_sweeps(records: list[RunRecord], ran_at: dict[str, float] | None =
     (``ran_at``: variant -> rate). Where the lines' rings differ, the schedule decided."""
     text = [r for r in records if r.config["dataset"] not in ("digits", "cifar10")]
     if not text:
-        fig = Figure(figsize=figure_size(1, height=2))
-        fig.subplots().text(0.5, 0.5, "no tuning runs", ha="center")
-        return fig
+        return _message("no tuning runs")
     frames = []
     for steps in sorted({r.config["recipe"]["max_steps"] for r in text}):
         sweep = rate_sweep([r for r in text if r.config["recipe"]["max_steps"] == steps])
@@ -233,7 +232,7 @@ def plot_weight_histograms(records: list[RunRecord]) -> Figure:
     recs = [r for r in records if r.config["kind"] == "matroidal" and r.extra.get("weights")]
     fig = Figure(figsize=figure_size(1, height=2.4), layout="constrained")
     ax = fig.subplots()
-    for v in _variants(recs):
+    for v in in_grid_order(r.extra["variant"] for r in recs):
         vals = np.concatenate(
             [np.ravel(w) for r in recs if r.extra["variant"] == v for w in r.extra["weights"]]
         )
@@ -256,12 +255,8 @@ def plot_attention_map(record: RunRecord, layer: int = 0, head: int = 0) -> Figu
         labels = [t if t != "\n" else "⏎" for t in text]
         ax.set_xticks(range(len(labels)), labels, fontsize=5)
         ax.set_yticks(range(len(labels)), labels, fontsize=5)
-    ax.set(
-        xlabel="key",
-        ylabel="query",
-        title=f"{model_style(record.extra['variant'])['name']}, seed {record.seed}\n"
-        f"layer {layer}, head {head}",
-    )
+    name = model_style(record.extra["variant"])["name"]
+    ax.set(xlabel="key", ylabel="query", title=f"{name}, seed {record.seed}\nlayer {layer}, head {head}")  # fmt: skip
     fig.colorbar(im, ax=ax, fraction=0.046)
     return fig
 
@@ -277,11 +272,8 @@ def plot_pruning(records: list[RunRecord]) -> Figure:
             style = model_style(r.extra["variant"])
             ax.plot(p["kept"], p["val_bpc"], color=style["color"], marker=style["marker"],
                     alpha=0.7, label=f"{style['name']}, seed {r.seed}")  # fmt: skip
-    ax.set(
-        xlabel="share of support columns kept",
-        ylabel="validation bits per character",
-        title="pruning columns with $\\ell_e < \\delta$,\nthen a short fine-tune",
-    )
+    ax.set(xlabel="share of support columns kept", ylabel="validation bits per character",
+           title="pruning columns with $\\ell_e < \\delta$,\nthen a short fine-tune")  # fmt: skip
     fig.legend(loc="outside lower center", ncols=2, fontsize=6)  # below, not over the curves
     return fig
 
@@ -295,12 +287,9 @@ def run_browser(records: list[RunRecord]):
     names = [f"{r.extra['variant']} | {r.config['dataset']} | f={r.config['data_fraction']:g} | "
              f"{r.config['recipe']['precision']} | seed {r.seed}" for r in ok]  # fmt: skip
     run = w.Dropdown(options=list(zip(names, range(len(ok)), strict=True)), description="run")
-    layer = w.IntSlider(
-        0, 0, max(len(ok[0].extra["maps"]) - 1, 0) if ok else 0, description="layer"
-    )
-    head = w.IntSlider(
-        0, 0, max(len(ok[0].extra["maps"][0]) - 1, 0) if ok else 0, description="head"
-    )
+    maps = ok[0].extra["maps"] if ok else [[]]  # [layer][head][N][N]
+    layer = w.IntSlider(0, 0, max(len(maps) - 1, 0), description="layer")
+    head = w.IntSlider(0, 0, max(len(maps[0]) - 1, 0), description="head")
     out = w.Output()
 
     def show(*_):

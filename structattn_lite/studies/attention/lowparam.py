@@ -47,6 +47,14 @@ def cells() -> list[tuple[int, str]]:
     return list(dict.fromkeys((c.d_model, variant_label(c)) for c in tuning_grid(GRID)))
 
 
+def _test_bpc(g: pd.DataFrame) -> dict:
+    """Test bpc of one cell's final runs (mean, 95% t interval, seeds) and how they stopped."""
+    mean, low, high, n = stats.mean_interval(g["test_bpc"].tolist())
+    return {"test bpc": mean, "95% low": low, "95% high": high, "seeds": n,
+            "early-stopped": f"{(g['stop'] == 'early_stop').sum()} of {len(g)}",
+            "median steps": g["steps"].median()}  # fmt: skip
+
+
 def table(runs: pd.DataFrame | None) -> pd.DataFrame:
     """One row per (d_model, variant) of the grid: its tuning runs so far, its chosen
     rate, parameters and test bpc over the final runs (no numbers and 0 seeds where the
@@ -56,16 +64,12 @@ def table(runs: pd.DataFrame | None) -> pd.DataFrame:
     rows = []
     for d, variant in cells():
         g = done[(done["d_model"] == d) & (done["variant"] == variant)]
-        mean, low, high, n = stats.mean_interval(g["test_bpc"].tolist())
         first = g.iloc[0] if len(g) else pd.Series(dtype=object)
         rows.append({
             "d_model": d, "heads": heads_for(d), "variant": variant,
             "tuning runs": int(((tuned["d_model"] == d) & (tuned["variant"] == variant)).sum()),
             "rate": first.get("lr"), "params": first.get("params_total"),
-            "metric params": first.get("params_metric"),
-            "test bpc": mean, "95% low": low, "95% high": high, "seeds": n,
-            "early-stopped": f"{(g['stop'] == 'early_stop').sum()} of {len(g)}",
-            "median steps": g["steps"].median(),
+            "metric params": first.get("params_metric"), **_test_bpc(g),
         })  # fmt: skip
     frame = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     counts = ["params", "metric params", "median steps"]
@@ -86,11 +90,7 @@ def low_data_table(runs: pd.DataFrame | None) -> pd.DataFrame:
         for fraction in (*GRIDS[GRID]["fractions"], 1.0):
             g = done[(done["d_model"] == d) & (done["variant"] == variant)
                      & (done["fraction"] == fraction)]  # fmt: skip
-            mean, low, high, n = stats.mean_interval(g["test_bpc"].tolist())
-            rows.append({"d_model": d, "variant": variant, "fraction": fraction,
-                         "test bpc": mean, "95% low": low, "95% high": high, "seeds": n,
-                         "early-stopped": f"{(g['stop'] == 'early_stop').sum()} of {len(g)}",
-                         "median steps": g["steps"].median()})  # fmt: skip
+            rows.append({"d_model": d, "variant": variant, "fraction": fraction, **_test_bpc(g)})
     return pd.DataFrame(rows)
 
 
@@ -165,12 +165,13 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
         style = model_style(variant)
         sweep_ax.plot(g["lr"], g["val bpc"], ls=ls_of.get(d, ":"), color=style["color"],
                       marker=style["marker"], label=style["name"] if d == sizes[0] else None)  # fmt: skip
-    for variant, g in summary.groupby("variant", sort=False):
-        style = model_style(variant)
-        for ax, x in ((params_ax, "params"), (metric_ax, "metric params")):
-            ax.errorbar(g[x], g["test bpc"], yerr=[g["test bpc"] - g["95% low"],
-                        g["95% high"] - g["test bpc"]], color=style["color"],
-                        marker=style["marker"], capsize=2)  # fmt: skip
+    low_data = low_data_table(runs).query("seeds > 0")
+    for ax, frame, x in ((params_ax, summary, "params"), (metric_ax, summary, "metric params"),
+                         (data_ax, low_data, "fraction")):  # fmt: skip
+        for variant, g in frame.groupby("variant", sort=False):  # test bpc, 95% interval
+            style = model_style(variant)
+            ax.errorbar(g[x], g["test bpc"], yerr=[g["test bpc"] - g["95% low"], g["95% high"] -
+                        g["test bpc"]], color=style["color"], marker=style["marker"], capsize=2)  # fmt: skip
     for d, ls in ls_of.items():
         for variant in summary["variant"].unique():
             curves = [r.history.set_index("step")["val_bpc"] for r in histories
@@ -180,11 +181,6 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
                 mean = pd.concat(curves, axis=1).mean(axis=1)
                 chars = mean.index * 32 * 128  # batch x context per step
                 curve_ax.plot(chars, mean.values, ls=ls, color=model_style(variant)["color"])
-    for variant, g in low_data_table(runs).query("seeds > 0").groupby("variant", sort=False):
-        style = model_style(variant)
-        data_ax.errorbar(g["fraction"], g["test bpc"], yerr=[g["test bpc"] - g["95% low"],
-                         g["95% high"] - g["test bpc"]], color=style["color"],
-                         marker=style["marker"], capsize=2)  # fmt: skip
     known = floors()  # on the curves only: beside the final numbers they flatten the scale
     for name in FLOORS_DRAWN:
         if name in known:

@@ -110,7 +110,7 @@ class LMTask:
 
 # --- n-gram floors of the text ----------------------------------------------------
 
-FLOOR_ORDERS = (1, 2, 3)
+FLOOR_ORDERS = {"unigram": 1, "bigram": 2, "trigram": 3}
 
 
 def ngram_bpc(
@@ -147,11 +147,8 @@ def ngram_bpc(
 
 def ngram_floors(corpus, split: str = "valid", alpha: float = 0.1) -> dict[str, float]:
     """{"unigram": .., "bigram": .., "trigram": ..} bits per character on ``split``."""
-    names = {1: "unigram", 2: "bigram", 3: "trigram"}
-    data = getattr(corpus, split)
-    return {
-        names[n]: ngram_bpc(corpus.train, data, n, len(corpus.vocab), alpha) for n in FLOOR_ORDERS
-    }
+    data, V = getattr(corpus, split), len(corpus.vocab)
+    return {name: ngram_bpc(corpus.train, data, n, V, alpha) for name, n in FLOOR_ORDERS.items()}
 
 
 def floor_table(corpus, alpha: float = 0.1) -> dict[str, dict[str, float]]:
@@ -214,8 +211,7 @@ class ImageTask:
             n_val = max(1, min(5000, n // 10))
             tx, ty = _stack(full, list(range(n - n_val)))
             vx, vy = _stack(full, list(range(n - n_val, n)))
-            test = lambda: _stack(t := cifar10_patches(train=False), list(range(len(t))))  # noqa: E731
-            load_test = test
+            load_test = lambda: _stack(t := cifar10_patches(train=False), list(range(len(t))))  # noqa: E731
         n_fit = max(1, int(len(tx) * cfg.data_fraction))
         tx, ty, vx, vy = (t.to(device) for t in (tx[:n_fit], ty[:n_fit], vx, vy))
         return cls(tx, ty, vx, vy, lambda: tuple(t.to(device) for t in load_test()),
