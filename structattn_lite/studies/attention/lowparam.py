@@ -44,7 +44,9 @@ def cells() -> list[tuple[int, str]]:
     """Every (d_model, variant) the grid trains, in its order."""
     from structattn_lite.studies.attention.experiment import tuning_grid, variant_label
 
-    return list(dict.fromkeys((c.d_model, variant_label(c)) for c in tuning_grid(GRID)))
+    return list(
+        dict.fromkeys((c.d_model, variant_label(c)) for c in tuning_grid(GRID, dataset="ptb"))
+    )
 
 
 def _test_bpc(g: pd.DataFrame) -> dict:
