@@ -13,6 +13,7 @@ import torch
 from structattn_lite.models.csp import CSP, CSP_PRESETS, csp_config
 from structattn_lite.models.csp_stacked import StackedCSP, _pairs
 from structattn_lite.runs import train
+from structattn_lite.studies.grokking import experiment as grokking
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss, per_seed_loss
 from structattn_lite.training.stacked_trainer import (
@@ -345,7 +346,7 @@ def test_mixed_configs_are_rejected_and_baselines_run_one_by_one():
 def test_seeds_whose_data_differ_in_shape_train_as_stacks_of_one(monkeypatch):
     """Seeds that cannot share one stack (here seed 1 has fewer test strings) each train
     as a stack of one seed, as ``runs.train`` trains them."""
-    real = state_tracking.csp_setup
+    real = grokking.setup  # the grokking study's description of a run (csp_setup)
 
     def shorter(cfg):
         setup = real(cfg)
@@ -354,7 +355,7 @@ def test_seeds_whose_data_differ_in_shape_train_as_stacks_of_one(monkeypatch):
             setup.tensors["y_test"] = setup.tensors["y_test"][:-1]
         return setup
 
-    monkeypatch.setattr(state_tracking, "csp_setup", shorter)
+    monkeypatch.setattr(grokking, "setup", shorter)
     configs = [tiny_run(s, epochs=2) for s in (0, 1)]
     records = train("grokking", configs)
     assert [r.extra["seed_batched"] for r in records] == [1, 1]
