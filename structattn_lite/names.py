@@ -1,4 +1,4 @@
-"""The one display name of every model, variant, task and loss: what figures, tables, the ledger, the
+"""The one display name of every model, variant, task, loss and length metric: what figures, tables, the ledger, the
 notebooks and the dashboards show for a code key. Prose reads its names from here; code
 keys stay in code. Imports nothing from the package (the bottom layer).
 
@@ -64,6 +64,10 @@ DISPLAY_NAMES: dict[str, str] = {
     # the attention card's two ways of projecting queries and keys
     "shared": "shared q/k",
     "sep": "separate q/k",
+    # the length study's three accuracies at a length L
+    "seq_acc": "whole string",
+    "unseen_acc": "beyond the training length",
+    "all_acc": "all positions",
 }
 
 

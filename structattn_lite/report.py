@@ -370,7 +370,7 @@ _DRAW_LOCK = threading.RLock()
 
 
 # a browser's dropdowns whose values are code keys: a model, a task or a loss
-NAMED_CONTROLS = ("model", "preset", "variant", "task", "loss")
+NAMED_CONTROLS = ("model", "preset", "variant", "task", "loss", "metric")
 
 
 def browser(
@@ -386,7 +386,7 @@ def browser(
     ``show(data, **picked)`` draws the view for the picked values. ``extra`` adds
     dropdowns that do not depend on the source (e.g. a metric), in the caller's order,
     opening on the first. The others list their values sorted. A dropdown of models,
-    tasks or losses (``NAMED_CONTROLS``) shows each one's display name
+    tasks, losses or metrics (``NAMED_CONTROLS``) shows each one's display name
     (``names.DISPLAY_NAMES``) and passes its code key to ``show``. One with a single value
     is shown greyed out (disabled): a fact of the source, not a choice. Each dropdown is
     wide enough for its labels.

@@ -243,13 +243,16 @@ def test_authors_mod3_is_built_with_their_vocabulary_of_three():
         make_task("mod3_authors", vocab_size=4)
 
 
-def test_length_browser_opens_on_the_metric_it_is_given():
+def test_length_browser_opens_on_the_metric_it_is_given_and_shows_it_in_words():
     from structattn_lite.dashboard import controls
+    from structattn_lite.names import display_name
 
     app = lt.length_browser({"committed grid": lt.load_curves()}, metric="seq_acc")
-    assert controls(app)["metric"][1] == "seq_acc"
+    offered, shown = controls(app)["metric"]
+    assert shown == display_name("seq_acc") == "whole string"
+    assert sorted(offered) == sorted(display_name(m) for m in lt.METRICS)  # no code keys
     app = lt.length_browser({"committed grid": lt.load_curves()}, metric="all_acc")
-    assert controls(app)["metric"][1] == "all_acc"
+    assert controls(app)["metric"][1] == display_name("all_acc")
 
 
 def test_the_committed_authors_runs_have_their_readme_parameter_counts():
