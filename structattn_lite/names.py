@@ -1,6 +1,7 @@
-"""The one display name of every model, variant, task, loss and length metric: what figures, tables, the ledger, the
-notebooks and the dashboards show for a code key. Prose reads its names from here; code
-keys stay in code. Imports nothing from the package (the bottom layer).
+"""The one display name of every model, variant, task, loss and length metric: what
+figures, tables, the ledger, the notebooks and the dashboards show for a code key. Prose
+reads its names from here; code keys stay in code. Imports nothing from the package (the
+bottom layer).
 
 The authors' README calls their model "CSP-Vanilla": that word names only their table's
 row ("their README's CSP-Vanilla row"), never our model.

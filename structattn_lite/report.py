@@ -369,7 +369,7 @@ def pd_flatten(blob: dict, prefix: str = "") -> dict:
 _DRAW_LOCK = threading.RLock()
 
 
-# a browser's dropdowns whose values are code keys: a model, a task or a loss
+# a browser's dropdowns whose values are code keys: a model, a task, a loss or a metric
 NAMED_CONTROLS = ("model", "preset", "variant", "task", "loss", "metric")
 
 

@@ -123,10 +123,12 @@ def group_seeds(configs: Sequence[Any]) -> list[Any]:
 
 
 def _append_lines(env: str, blobs: Iterable[dict[str, Any]]) -> None:
-    """Append each blob as one JSON line to the file ``env`` names, when it is set."""
-    if path := os.environ.get(env):
+    """Append each blob as one JSON line to the file ``env`` names, when it is set (and
+    there is a blob: no report, no file)."""
+    lines = [json.dumps(blob) + "\n" for blob in blobs]
+    if lines and (path := os.environ.get(env)):
         with open(path, "a") as fh:
-            fh.writelines(json.dumps(blob) + "\n" for blob in blobs)
+            fh.writelines(lines)
 
 
 def _last_reports(path: str | os.PathLike, *key: str) -> list[dict[str, Any]]:
