@@ -26,6 +26,7 @@ from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
 from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
+from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 LEDGER_MD = "LEDGER.md"  # the whole ledger, at the repository's root
@@ -158,14 +159,10 @@ NOT_RUN = "not run yet"  # the reason of a claim no committed record decides (st
 FIGURES = ("findings_ledger", "findings_attention", "findings_grokking", "findings_length")
 
 
-def _group(table: pd.DataFrame, prefixes: tuple[str, ...]) -> pd.DataFrame:
-    return table[table["id"].str.split("/").str[0].isin(prefixes)]
-
-
 def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
     """One row per source of claims and one for all of them: how many claims, and how
     many of each verdict."""
-    groups = {words: _group(table, prefixes) for words, prefixes in GROUPS.items()}
+    groups = {words: claims.by_source(table, prefixes) for words, prefixes in GROUPS.items()}
     rows = [{"claims from": words, "claims": len(g), **claims.counts(g)}
             for words, g in {**groups, "all sources": table}.items() if len(g)]  # fmt: skip
     return pd.DataFrame(rows)
@@ -349,7 +346,6 @@ def attention_figure(table: pd.DataFrame):
     return fig
 
 
-GAP_LEVELS = {0.9: ":", 0.99: "--", 1.0: "-"}  # the levels a gap is read between
 ZOOM = (0.95, 1.0)  # the lower panels: wide enough for 99% to stand clear of 100%
 
 
@@ -372,12 +368,11 @@ def grokking_figure():
         for r in runs:
             h = r.history
             for ax in (top, zoom):
-                ax.plot(h["epoch"], h[claims.GAP_METRIC], color=style["color"], lw=0.8,
-                        alpha=0.8)  # fmt: skip
+                ax.plot(h["epoch"], h[GAP_METRIC], color=style["color"], lw=0.8, alpha=0.8)
         for ax in (top, zoom):
-            for level, ls in GAP_LEVELS.items():
+            for level, ls in LEVELS.items():  # the levels a gap is read between
                 ax.axhline(level, color="#555555", ls=ls, lw=0.6)
-        reached = sum(bool((r.history[claims.GAP_METRIC] >= 1.0).any()) for r in runs)
+        reached = sum(bool((r.history[GAP_METRIC] >= 1.0).any()) for r in runs)
         top.set_title(f"{claims.TASK_NAME[task]}: {reached} of {len(runs)} seeds reach 100%")
         top.set_ylim(0.4, 1.02)
         zoom.set_ylim(ZOOM[0], ZOOM[1] + 0.002)
@@ -388,7 +383,7 @@ def grokking_figure():
         ax.tick_params(labelleft=False)
     handles = [Line2D([], [], color=style["color"], lw=0.8, label="one seed")]
     handles += [Line2D([], [], color="#555555", ls=ls, lw=0.6, label=f"{level:.0%}")
-                for level, ls in GAP_LEVELS.items()]  # fmt: skip
+                for level, ls in LEVELS.items()]  # fmt: skip
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=6)
     fig.suptitle(f"{style['name']} at the paper's size, one line per seed (grid 'gap')")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
@@ -400,7 +395,7 @@ LENGTH_MODELS = ("lstm", "gru", "transformer", "diag_rnn", "diag_rnn_neg", "csp_
 
 def length_figure():
     """Parity far past the training length (16): whole-string accuracy, mean over seeds."""
-    curves = pd.read_csv(claims.results_dir() / "length_generalization.csv.gz")
+    curves = pd.read_csv(results_dir() / "length_generalization.csv.gz")
     parity = curves[curves["task"] == "parity"]
     fig, ax = plt.subplots(figsize=figure_size(1, height=2.3))
     for model in LENGTH_MODELS:

@@ -68,7 +68,7 @@ def _curves_line(row: pd.Series) -> list[str]:
 def _curves(ax, ident: str) -> bool:
     """Whole-string test accuracy per seed for the claims the gap grid's records carry."""
     from structattn_lite.studies.grokking.experiment import committed_records
-    from structattn_lite.studies.grokking.report import GAP_METRIC
+    from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
 
     source = curve_source(ident)
     if source is None:
@@ -77,7 +77,7 @@ def _curves(ax, ident: str) -> bool:
     for r in committed_records(CURVES_GRID):
         if r.config["preset"] == preset and r.config["task"] == task and len(r.history):
             ax.plot(r.history["epoch"], r.history[GAP_METRIC], lw=0.8, label=f"seed {r.seed}")
-    for level, ls in ((0.9, ":"), (0.99, "--"), (1.0, "-")):
+    for level, ls in LEVELS.items():
         ax.axhline(level, color="#555555", ls=ls, lw=0.6)
     ax.set(xlabel="epoch", ylabel="whole-string test accuracy",
            title=f"the runs (grid '{CURVES_GRID}')")  # fmt: skip
