@@ -20,13 +20,18 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.transforms import blended_transform_factory
 
 from structattn_lite import claims, stats
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
 from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
+from structattn_lite.studies.grokking.experiment import committed_records
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
+from structattn_lite.studies.length.authors import AUTHORS_TASK
+from structattn_lite.studies.length.grids import GRIDS
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 LEDGER_MD = "LEDGER.md"  # the whole ledger, at the repository's root
@@ -205,9 +210,6 @@ def row_label(ident: str, claim: str = "") -> str:
     """A ledger row's label in a figure: words, with every model, variant, task and loss
     named as ``names.DISPLAY_NAMES`` names it (the figure prints the id beside it, to look
     the row up in LEDGER.md). A row of a kind not named here is labelled by its claim."""
-    from structattn_lite.studies.length.authors import AUTHORS_TASK
-    from structattn_lite.studies.length.grids import GRIDS
-
     head, *parts = ident.split("/")
     match [head, *parts]:
         case ["table3", loss, task]:
@@ -231,8 +233,6 @@ def row_label(ident: str, claim: str = "") -> str:
 def _ids_beside(ax, y, ids, x: float = 1.02, title: str = "") -> None:
     """Each row's ledger id, small and grey, at ``x`` (a fraction of ``ax``'s width) on the
     row's line: the figure's text, not the axes' (to look the row up in LEDGER.md)."""
-    from matplotlib.transforms import blended_transform_factory
-
     at = blended_transform_factory(ax.transAxes, ax.transData)
     for yy, ident in zip(y, ids, strict=True):
         ax.figure.text(x, yy, ident, transform=at, va="center", fontsize=4.5, color="0.45")
@@ -354,10 +354,6 @@ def grokking_figure():
     whole range (top) and zoomed to the last 5% (bottom), where 99% and 100% are apart;
     the 90%, 99% and 100% levels are named in the legend, and each task's title says how
     many seeds ever reached 100%."""
-    from matplotlib.lines import Line2D
-
-    from structattn_lite.studies.grokking.experiment import committed_records
-
     records = [r for r in committed_records("gap") if r.config["preset"] == "paper"]
     tasks = list(claims.TASK_NAME)
     fig, axes = plt.subplots(2, 3, figsize=figure_size(2, height=3.6), sharex="col",

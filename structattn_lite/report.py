@@ -18,6 +18,7 @@ from cycler import cycler
 from IPython.display import display
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir
 from structattn_lite.names import DISPLAY_NAMES, display_name
@@ -108,6 +109,18 @@ def model_style(name: str) -> dict:
     if name not in MODEL_STYLE:
         raise ValueError(f"{name!r} has no entry in report.MODEL_STYLE; append one")
     return MODEL_STYLE[name]
+
+
+def model_handles(models) -> list[Line2D]:
+    """A legend entry per model: its display name, colour, dash and marker."""
+    return [Line2D([], [], lw=1, color=st["color"], ls=st["ls"], marker=st["marker"],
+                   label=st["name"]) for st in map(model_style, models)]  # fmt: skip
+
+
+def count_range(counts: pd.Series) -> str:
+    """The range of ``counts`` (seeds per cell, say): "5" when all are 5, else "3-5"."""
+    low, high = counts.min(), counts.max()
+    return f"{low}" if low == high else f"{low}-{high}"
 
 
 # A table's key columns whose values are code keys, and the header each is shown under.

@@ -6,11 +6,15 @@ import dataclasses
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+import torch
 from IPython.display import display
+from matplotlib.lines import Line2D
 
 from structattn_lite import stats
 from structattn_lite.models import CSP_PRESETS
+from structattn_lite.models.csp import CSP
 from structattn_lite.names import display_name
 from structattn_lite.records import RunRecord
 from structattn_lite.report import PALETTE, browser, figure_size, model_style
@@ -137,8 +141,6 @@ def grokking_figure(records, task: str, title: str | None = None):
     first epochs at 99% and 100% are marked, so the gap can be read off; the legend sits
     below the panels.
     """
-    from matplotlib.lines import Line2D
-
     runs = [r for r in records if r.config["task"] == task]
     presets = sorted({preset_of(r) for r in runs})
     fig, axes = plt.subplots(
@@ -287,10 +289,6 @@ def state_phases(model, tokens, layer: int = 0):
 
     ``model`` is a :class:`~structattn_lite.models.csp.CSP` (presets "paper" and
     "code_switches"); ``tokens`` one string, a sequence of token ids."""
-    import torch
-
-    from structattn_lite.models.csp import CSP
-
     if not isinstance(model, CSP):
         raise ValueError(
             f"model must be a CSP (preset 'paper' or 'code_switches'), got {type(model).__name__}"
@@ -314,8 +312,6 @@ def phase_figure(model, tokens, layer: int = 0, title: str | None = None):
     |arg h_t - arg h_(t-1)| / pi taken round the circle, at steps reading a 1 (filled) and a
     0 (hollow). A model that tracks parity on the circle turns its state by about pi at
     every 1 and leaves it alone at a 0."""
-    import numpy as np
-
     phases = state_phases(model, tokens, layer)
     tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
     steps = np.arange(1, len(tokens) + 1)

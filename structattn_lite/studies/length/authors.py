@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.names import display_name
+from structattn_lite.report import figure_size, model_style
 from structattn_lite.studies.length.report import AUTHORS
 
 AUTHORS_TASK = {"parity": "parity", "mod3_authors": "mod3", "dyck1_authors": "dyck1"}
@@ -51,11 +54,6 @@ def authors_figure(curves: pd.DataFrame):
     """All-positions accuracy against evaluation length, one panel per task: our mean with
     its 95% t band over seeds (in the model's ``report.MODEL_STYLE`` colour), their README
     numbers as points."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from structattn_lite.report import figure_size, model_style
-
     tasks = list(dict.fromkeys(curves["task"]))
     fig, axes = plt.subplots(
         1, len(tasks), figsize=figure_size(2, height=2.6), squeeze=False, layout="constrained"
