@@ -230,14 +230,18 @@ def row_label(ident: str, claim: str = "") -> str:
     return re.sub(r"(: | )[\d.]+( \(their README's.*\))?$", "", claim)
 
 
-def _ids_beside(ax, y, ids, x: float = 1.02, title: str = "") -> None:
-    """Each row's ledger id, small and grey, at ``x`` (a fraction of ``ax``'s width) on the
-    row's line: the figure's text, not the axes' (to look the row up in LEDGER.md)."""
-    at = blended_transform_factory(ax.transAxes, ax.transData)
-    for yy, ident in zip(y, ids, strict=True):
+def _label_rows(ax, y, rows: pd.DataFrame, beside=None, x: float = 1.02, title: str = ""):
+    """Each row's words (``row_label``) on ``ax``'s y axis, and its ledger id, small and
+    grey, at ``x`` (a fraction of the width of ``beside``, default ``ax``) on the row's
+    line: the figure's text, not the axes' (to look the row up in LEDGER.md)."""
+    ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
+                  fontsize=5.5)  # fmt: skip
+    beside = beside or ax
+    at = blended_transform_factory(beside.transAxes, beside.transData)
+    for yy, ident in zip(y, rows["id"], strict=True):
         ax.figure.text(x, yy, ident, transform=at, va="center", fontsize=4.5, color="0.45")
     if title:
-        ax.figure.text(x, 1.0, title, transform=ax.transAxes, va="bottom", fontsize=5,
+        ax.figure.text(x, 1.0, title, transform=beside.transAxes, va="bottom", fontsize=5,
                        color="0.45")  # fmt: skip
 
 
@@ -279,9 +283,7 @@ def ledger_figure(table: pd.DataFrame):
     side.set_title("seeds diverged", fontsize=6)
     side.spines[["left", "bottom"]].set_visible(False)
     side.tick_params(left=False)
-    ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
-                  fontsize=5.5)  # fmt: skip
-    _ids_beside(side, y, rows["id"], x=0.95, title="ledger id")
+    _label_rows(ax, y, rows, beside=side, x=0.95, title="ledger id")
     ax.set_xlabel("accuracy or F1 (published beside ours)")
     ax.set_xlim(-0.03, 1.03)
     handles, labels = ax.get_legend_handles_labels()
@@ -329,9 +331,7 @@ def attention_figure(table: pd.DataFrame):
             hollow = f"; {stats.UNTUNED} " in r["reason"]  # the tuning rule decided it
             ax.errorbar(r["ours"], yy, xerr=[[r["ours"] - r["low"]], [r["high"] - r["ours"]]],
                         fmt="o", ms=3, lw=1, color=color, mfc="white" if hollow else color)  # fmt: skip
-        ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
-                      fontsize=5.5)  # fmt: skip
-        _ids_beside(ax, y, rows["id"])
+        _label_rows(ax, y, rows)
         ends = pd.concat([rows["low"], rows["high"]]).dropna().abs()
         reach = max(ends.max() if len(ends) else 0, stats.BPC_MARGIN) * 1.15
         ax.set_xlim(-reach, reach)
