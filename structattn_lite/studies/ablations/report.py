@@ -3,9 +3,9 @@
 The committed records are the paper-size grids: ``csp_ablations_paper_text.csv`` (Table 3,
 whose focal row is Table 4's full model) and ``csp_ablations_paper_table4.csv`` (Table 4's
 other rows). ``load_results`` reads both as one frame, ``table3``/``table4`` summarize,
-``claims_table`` tests the paper's "A beats B" claims, ``style`` renders a pandas Styler,
-``save_table`` writes it to ``figures/`` (HTML and PNG/PDF), and ``grid_caption`` says
-which grid a table came from. Every verdict is the claims ledger's (``stats``).
+``claims_table`` tests the paper's "A beats B" claims, ``display_table`` writes each cell
+as mean ± sd, and ``grid_caption`` says which grid a table came from. Every verdict is the
+claims ledger's (``stats``).
 """
 
 from __future__ import annotations

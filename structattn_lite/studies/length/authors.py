@@ -33,20 +33,12 @@ def authors_table(curves: pd.DataFrame, lengths=(16, 32, 64)) -> pd.DataFrame:
             theirs = published[lengths.index(length)] if published else math.nan
             verdict, reason = stats.equivalence(at["all_acc"].tolist(), theirs,
                                                 stats.ACCURACY_MARGIN, bounds=stats.UNIT)  # fmt: skip
-            rows.append(
-                {
-                    "task": task,
-                    "L": length,
-                    "model": g["model"].iloc[0],
-                    "seeds": n,
-                    "ours, all positions": f"{mean:.3f}"
-                    + (f" [{low:.3f}, {high:.3f}]" if n > 1 else ""),  # fmt: skip
-                    "authors' README": "-" if math.isnan(theirs) else f"{theirs:.3f}",
-                    "verdict": verdict,
-                    "reason": reason,
-                    "ours, whole string": f"{at['seq_acc'].mean():.3f}",
-                }
-            )
+            interval = f" [{low:.3f}, {high:.3f}]" if n > 1 else ""
+            rows.append({"task": task, "L": length, "model": g["model"].iloc[0], "seeds": n,
+                         "ours, all positions": f"{mean:.3f}{interval}",
+                         "authors' README": "-" if math.isnan(theirs) else f"{theirs:.3f}",
+                         "verdict": verdict, "reason": reason,
+                         "ours, whole string": f"{at['seq_acc'].mean():.3f}"})  # fmt: skip
     return pd.DataFrame(rows).set_index(["task", "L"])
 
 

@@ -100,13 +100,8 @@ def length_table(
         task, proto, model = key
         if protocol is not None and proto != protocol:
             continue
-        row = {
-            "task": task,
-            "protocol": proto,
-            "model": model,
-            "params": int(params[key]),
-            "seeds": int(seeds[key]),
-        }
+        row = {"task": task, "protocol": proto, "model": model, "params": int(params[key]),
+               "seeds": int(seeds[key])}  # fmt: skip
         if key in fitted.index:
             row["fit"] = f"{fitted[key]}/{int(seeds[key])}"
         for length in TABLE_LENGTHS:
