@@ -322,13 +322,6 @@ def _written_since(folder: Path, since: float) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.stat().st_mtime >= since)
 
 
-def _short(path: Path) -> Path:
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
-
-
 def run_notebooks(
     profile: str,
     only: list[str] | None = None,
@@ -379,8 +372,10 @@ def run_notebooks(
             done, total = read_progress(progress_file)
             progress_file.unlink(missing_ok=True)
             files = [out, written[-1], *_written_since(figures, started)]
+            here = Path.cwd()  # each file named from here where it lies below
+            files = [f.relative_to(here) if f.is_relative_to(here) else f for f in files]
             summary.append({"notebook": nb.name, "seconds": seconds, "done": done,
-                            "total": total, "written": [_short(f) for f in files]})  # fmt: skip
+                            "total": total, "written": files})  # fmt: skip
             runs = f"{done}/{total} runs done" if total else "no runs"
             print(f"[study] {nb.name}: finished in {elapsed(seconds)}, {runs}", flush=True)
     finally:

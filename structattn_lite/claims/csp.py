@@ -19,7 +19,8 @@ from structattn_lite.claims.rows import (
     row,
 )
 from structattn_lite.names import display_name
-from structattn_lite.studies.ablations.experiment import PAPER_TABLE3, PAPER_TABLE4
+from structattn_lite.studies.ablations.experiment import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
+from structattn_lite.studies.ablations.report import load_results
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
 from structattn_lite.studies.grokking.report import SPIKE_WINDOW, gap_verdict, seed_gaps
 
@@ -65,12 +66,9 @@ def _selector(**equal) -> Callable[[pd.DataFrame], pd.Series]:
 
 def table4() -> list[dict]:
     """Table 4's nine rows; the full rotated model is Table 3's focal runs (shared)."""
-    ablated = read("csp_ablations_paper_table4.csv")
-    full = read("csp_ablations_paper_text.csv")
-    if full is not None:
-        full = full[full["loss"] == "focal"]
-    frame = pd.concat([f for f in (ablated, full) if f is not None]) if (
-        ablated is not None or full is not None) else None  # fmt: skip
+    both = load_results((COMMITTED_CSV["paper_table4"], COMMITTED_CSV["paper_text"]),
+                        missing_ok=True)  # fmt: skip
+    frame = None if both is None else both[both["loss"] == "focal"]  # Table 4 is all focal
     cells = []
     for (rotation, variant), numbers in PAPER_TABLE4.items():
         for task, published in zip(TASK_NAME, numbers, strict=True):
