@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -45,146 +46,40 @@ class Table:
     caption: str = ""
 
 
-FIGURES: dict[str, Callable[[], Figure | Table]] = {}
+# --- what the figures share --------------------------------------------------------
 
 
-def _register(stem: str):
-    def add(draw):
-        FIGURES[stem] = draw
-        return draw
-
-    return add
-
-
-# --- 02: attention variants (data/results/attention_*) --------------------------------
-
-
-def _attention_curves(records: list, dataset: str) -> list:
-    """The full-text float32 runs on ``dataset`` that read the test split among a committed
-    grid's ``records``. (The n-gram floors the notebook prints need the corpus, which is
-    not committed.)"""
-    return [
-        r
-        for r in records
-        if r.config["read_test"]
-        and r.config["dataset"] == dataset
-        and r.config["data_fraction"] == 1.0
-        and r.config["recipe"]["precision"] == "float32"
-    ]
-
-
-@_register("02_attention_committed_learning_curves")
-def _attention_learning_curves():
+def _learning_curves(records: list, dataset: str, **kwargs) -> Figure:
+    """The learning curves of the full-text float32 runs on ``dataset`` that read the test
+    split among a committed grid's ``records``. (The n-gram floors the notebook prints need
+    the corpus, which is not committed.)"""
     return ap.plot_learning_curves(
-        _attention_curves(at.load_committed_histories("committed"), "ptb")
-    )
+        [r for r in records if r.config["read_test"] and r.config["dataset"] == dataset
+         and r.config["data_fraction"] == 1.0 and r.config["recipe"]["precision"] == "float32"],
+        **kwargs,
+    )  # fmt: skip
 
 
-@_register("02_attention_committed_digits_learning_curves")
-def _attention_digits_curves():
-    return ap.plot_learning_curves(
-        _attention_curves(at.load_committed_histories("committed"), "digits"), metric="val_loss"
-    )
-
-
-@_register("02_attention_long_learning_curves")
-def _attention_long_curves():
-    return ap.plot_learning_curves(_attention_curves(at.load_committed_histories("long"), "ptb"))
-
-
-@_register("02_attention_long_learning_curves_first_sweep")
-def _attention_long_first_curves():
-    return ap.plot_learning_curves(_attention_curves(at.load_earlier(LONG_FIRST_SWEEP_CSV), "ptb"))
-
-
-@_register("02_attention_committed_fraction_sweep")
-def _attention_fraction_sweep():
-    return ap.plot_fraction_sweep(at.load_summary(), rates="rates: as tuned on the full text")
-
-
-@_register("02_attention_committed_fraction_sweep_best_rates")
-def _attention_fraction_sweep_best():
-    low = tr.best_known(tr.load_first_sweep(), at.load_summary(), parts=("main", "low data"))
-    return ap.plot_fraction_sweep(low, rates="rates: each best on validation, per fraction")
-
-
-@_register("02_attention_committed_rate_sweeps")
-def _attention_rate_sweeps():
+def _rate_sweeps() -> Figure:
     finals = at.main_finals(at.load_summary())
     ran_at = finals[finals["dataset"] == "ptb"].groupby("variant")["lr"].first().to_dict()
     return ap.plot_rate_sweeps(at.load_tuning_histories(), ran_at)
 
 
-@_register("02_attention_lowparam")
-def _attention_lowparam():
-    return lowparam.figure(at.load_summary("lowparam"), at.load_committed_histories("lowparam"))
-
-
-# --- 03: grokking (data/results/csp_grokking_gap, csp_paper_era_parity) ---------------
-
-
-def _grokking(task: str, grid: str, title: str):
+def _grokking(task: str, grid: str, title: str) -> Figure:
     return gr.grokking_figure(grokking.committed_records(grid), task, title=title)
 
 
-for _task in ("parity", "mod3", "dyck1"):
-    _register(f"03_csp_grokking_{_task}_gap")(
-        lambda task=_task: _grokking(task, "gap", f"{display_name(task)}, paper sizes (grid 'gap')")
-    )
-_register("03_csp_grokking_parity_paper_era")(
-    lambda: _grokking(
-        "parity",
-        "paper_era",
-        f"{display_name('parity')}, the paper text's protocol",  # the panel names the model
-    )
-)
+def _ablations(title: str, table, grids: tuple[str, ...] = ct.PAPER_SIZE) -> Table:
+    """``table`` of the committed ``grids``' results, captioned ``title`` and the grid."""
+    results = ct.load_results(grids)
+    return Table(table(results), title + ct.grid_caption(results))
 
 
-# --- 04: ablations (data/results/csp_ablations_paper_*) -------------------------------
-
-
-@_register("04_ablations_table3_paper_text")
-def _table3():
-    paper_text = ct.load_results((ab.COMMITTED_CSV["paper_text"],))
-    caption = "Table 3, paper size. " + ct.grid_caption(paper_text)
-    return Table(ct.display_table(ct.table3(paper_text)), caption)
-
-
-@_register("04_ablations_table4_paper_size")
-def _table4():
-    results = ct.load_results()
-    caption = "Table 4, paper size. " + ct.grid_caption(results)
-    return Table(ct.display_table(ct.table4(results[results["loss"] == "focal"])), caption)
-
-
-@_register("04_ablations_claims_paper_size")
-def _ablation_claims():
-    results = ct.load_results()
-    pairs = ct.claims_table(results).round(3).set_index(["preset", "claim", "task"])
-    return Table(pairs, ct.grid_caption(results))
-
-
-# --- 05: length generalization (data/results/length_*) --------------------------------
-
-
-for _metric in ("seq_acc", "unseen_acc"):
-    _register(f"05_length_{_metric}_vs_length")(
-        lambda metric=_metric: lt.plot_curves(lt.load_curves("committed"), metric)
-    )
-
-
-@_register("05_length_table_all_acc_fixed")
-def _length_table_all():
+def _length_table(metric: str, title: str, protocol: str | None = None) -> Table:
     curves = lt.load_curves("committed")
-    caption = "all-positions accuracy, trained at T=16. " + lt.length_caption(curves)
-    return Table(lt.length_table(curves, "all_acc", protocol="fixed"), caption)
-
-
-@_register("05_length_table_seq_acc")
-def _length_table_seq():
-    curves = lt.load_curves("committed")
-    caption = "whole-string accuracy at L. " + lt.length_caption(curves)
-    return Table(lt.length_table(curves, "seq_acc"), caption)
+    table = lt.length_table(curves, metric, protocol=protocol)
+    return Table(table, title + lt.length_caption(curves))
 
 
 def authors_curves() -> pd.DataFrame:
@@ -193,25 +88,55 @@ def authors_curves() -> pd.DataFrame:
     return curves if not curves.empty else lt.load_curves("authors_short")
 
 
-@_register("05_length_authors_table")
-def _length_authors():
-    return la.authors_figure(authors_curves())
-
-
-def _grazzi_curves() -> pd.DataFrame:
-    return lt.load_curves("grazzi")
-
-
-@_register("05_length_grazzi")
-def _length_grazzi():
-    return lt.grazzi_figure(_grazzi_curves())
-
-
-@_register("05_length_grazzi_table")
-def _length_grazzi_table():
-    curves = _grazzi_curves()
+def _grazzi_table() -> Table:
+    curves = lt.load_curves("grazzi")
     caption = "Parity at Grazzi et al.'s protocol. " + lt.grazzi_caption(curves)
     return Table(lt.grazzi_table(curves), caption)
+
+
+FIGURES: dict[str, Callable[[], Figure | Table]] = {
+    # 02: attention variants (data/results/attention_*)
+    "02_attention_committed_learning_curves":
+        lambda: _learning_curves(at.load_committed_histories("committed"), "ptb"),
+    "02_attention_committed_digits_learning_curves": lambda: _learning_curves(
+        at.load_committed_histories("committed"), "digits", metric="val_loss"),
+    "02_attention_long_learning_curves":
+        lambda: _learning_curves(at.load_committed_histories("long"), "ptb"),
+    "02_attention_long_learning_curves_first_sweep":
+        lambda: _learning_curves(at.load_earlier(LONG_FIRST_SWEEP_CSV), "ptb"),
+    "02_attention_committed_fraction_sweep": lambda: ap.plot_fraction_sweep(
+        at.load_summary(), rates="rates: as tuned on the full text"),
+    "02_attention_committed_fraction_sweep_best_rates": lambda: ap.plot_fraction_sweep(
+        tr.best_known(tr.load_first_sweep(), at.load_summary(), parts=("main", "low data")),
+        rates="rates: each best on validation, per fraction"),
+    "02_attention_committed_rate_sweeps": _rate_sweeps,
+    "02_attention_lowparam": lambda: lowparam.figure(
+        at.load_summary("lowparam"), at.load_committed_histories("lowparam")),
+    # 03: grokking (data/results/csp_grokking_gap, csp_paper_era_parity)
+    **{f"03_csp_grokking_{task}_gap": partial(
+        _grokking, task, "gap", f"{display_name(task)}, paper sizes (grid 'gap')")
+       for task in ("parity", "mod3", "dyck1")},
+    "03_csp_grokking_parity_paper_era": partial(  # the panel names the model
+        _grokking, "parity", "paper_era", f"{display_name('parity')}, the paper text's protocol"),
+    # 04: ablations (data/results/csp_ablations_paper_*)
+    "04_ablations_table3_paper_text": lambda: _ablations(
+        "Table 3, paper size. ", lambda r: ct.display_table(ct.table3(r)),
+        (ab.COMMITTED_CSV["paper_text"],)),
+    "04_ablations_table4_paper_size": lambda: _ablations(
+        "Table 4, paper size. ", lambda r: ct.display_table(ct.table4(r[r["loss"] == "focal"]))),
+    "04_ablations_claims_paper_size": lambda: _ablations(
+        "", lambda r: ct.claims_table(r).round(3).set_index(["preset", "claim", "task"])),
+    # 05: length generalization (data/results/length_*)
+    **{f"05_length_{metric}_vs_length":
+       lambda metric=metric: lt.plot_curves(lt.load_curves("committed"), metric)
+       for metric in ("seq_acc", "unseen_acc")},
+    "05_length_table_all_acc_fixed": partial(
+        _length_table, "all_acc", "all-positions accuracy, trained at T=16. ", "fixed"),
+    "05_length_table_seq_acc": partial(_length_table, "seq_acc", "whole-string accuracy at L. "),
+    "05_length_authors_table": lambda: la.authors_figure(authors_curves()),
+    "05_length_grazzi": lambda: lt.grazzi_figure(lt.load_curves("grazzi")),
+    "05_length_grazzi_table": _grazzi_table,
+}  # fmt: skip
 
 
 # --- drawing and writing --------------------------------------------------------------

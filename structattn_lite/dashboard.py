@@ -2,7 +2,7 @@
 
     python -m structattn_lite.dashboard dashboards --no-browser --port=8866
 
-Takes Voila's own arguments (``make dashboard`` passes them), with three changes:
+Takes Voila's own arguments (``make dashboard`` passes them), with four changes:
 
 - nbclient's Output-widget echo is deferred (see
   ``notebook_runner.defer_output_widget_echo``): Voila executes each dashboard with nbclient

@@ -20,12 +20,18 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.transforms import blended_transform_factory
 
 from structattn_lite import claims, stats
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
 from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
+from structattn_lite.studies.grokking.experiment import committed_records
+from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
+from structattn_lite.studies.length.authors import AUTHORS_TASK
+from structattn_lite.studies.length.grids import GRIDS
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 LEDGER_MD = "LEDGER.md"  # the whole ledger, at the repository's root
@@ -158,14 +164,10 @@ NOT_RUN = "not run yet"  # the reason of a claim no committed record decides (st
 FIGURES = ("findings_ledger", "findings_attention", "findings_grokking", "findings_length")
 
 
-def _group(table: pd.DataFrame, prefixes: tuple[str, ...]) -> pd.DataFrame:
-    return table[table["id"].str.split("/").str[0].isin(prefixes)]
-
-
 def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
     """One row per source of claims and one for all of them: how many claims, and how
     many of each verdict."""
-    groups = {words: _group(table, prefixes) for words, prefixes in GROUPS.items()}
+    groups = {words: claims.by_source(table, prefixes) for words, prefixes in GROUPS.items()}
     rows = [{"claims from": words, "claims": len(g), **claims.counts(g)}
             for words, g in {**groups, "all sources": table}.items() if len(g)]  # fmt: skip
     return pd.DataFrame(rows)
@@ -208,9 +210,6 @@ def row_label(ident: str, claim: str = "") -> str:
     """A ledger row's label in a figure: words, with every model, variant, task and loss
     named as ``names.DISPLAY_NAMES`` names it (the figure prints the id beside it, to look
     the row up in LEDGER.md). A row of a kind not named here is labelled by its claim."""
-    from structattn_lite.studies.length.authors import AUTHORS_TASK
-    from structattn_lite.studies.length.grids import GRIDS
-
     head, *parts = ident.split("/")
     match [head, *parts]:
         case ["table3", loss, task]:
@@ -231,16 +230,18 @@ def row_label(ident: str, claim: str = "") -> str:
     return re.sub(r"(: | )[\d.]+( \(their README's.*\))?$", "", claim)
 
 
-def _ids_beside(ax, y, ids, x: float = 1.02, title: str = "") -> None:
-    """Each row's ledger id, small and grey, at ``x`` (a fraction of ``ax``'s width) on the
-    row's line: the figure's text, not the axes' (to look the row up in LEDGER.md)."""
-    from matplotlib.transforms import blended_transform_factory
-
-    at = blended_transform_factory(ax.transAxes, ax.transData)
-    for yy, ident in zip(y, ids, strict=True):
+def _label_rows(ax, y, rows: pd.DataFrame, beside=None, x: float = 1.02, title: str = ""):
+    """Each row's words (``row_label``) on ``ax``'s y axis, and its ledger id, small and
+    grey, at ``x`` (a fraction of the width of ``beside``, default ``ax``) on the row's
+    line: the figure's text, not the axes' (to look the row up in LEDGER.md)."""
+    ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
+                  fontsize=5.5)  # fmt: skip
+    beside = beside or ax
+    at = blended_transform_factory(beside.transAxes, beside.transData)
+    for yy, ident in zip(y, rows["id"], strict=True):
         ax.figure.text(x, yy, ident, transform=at, va="center", fontsize=4.5, color="0.45")
     if title:
-        ax.figure.text(x, 1.0, title, transform=ax.transAxes, va="bottom", fontsize=5,
+        ax.figure.text(x, 1.0, title, transform=beside.transAxes, va="bottom", fontsize=5,
                        color="0.45")  # fmt: skip
 
 
@@ -282,9 +283,7 @@ def ledger_figure(table: pd.DataFrame):
     side.set_title("seeds diverged", fontsize=6)
     side.spines[["left", "bottom"]].set_visible(False)
     side.tick_params(left=False)
-    ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
-                  fontsize=5.5)  # fmt: skip
-    _ids_beside(side, y, rows["id"], x=0.95, title="ledger id")
+    _label_rows(ax, y, rows, beside=side, x=0.95, title="ledger id")
     ax.set_xlabel("accuracy or F1 (published beside ours)")
     ax.set_xlim(-0.03, 1.03)
     handles, labels = ax.get_legend_handles_labels()
@@ -332,9 +331,7 @@ def attention_figure(table: pd.DataFrame):
             hollow = f"; {stats.UNTUNED} " in r["reason"]  # the tuning rule decided it
             ax.errorbar(r["ours"], yy, xerr=[[r["ours"] - r["low"]], [r["high"] - r["ours"]]],
                         fmt="o", ms=3, lw=1, color=color, mfc="white" if hollow else color)  # fmt: skip
-        ax.set_yticks(y, [row_label(i, c) for i, c in zip(rows["id"], rows["claim"], strict=True)],
-                      fontsize=5.5)  # fmt: skip
-        _ids_beside(ax, y, rows["id"])
+        _label_rows(ax, y, rows)
         ends = pd.concat([rows["low"], rows["high"]]).dropna().abs()
         reach = max(ends.max() if len(ends) else 0, stats.BPC_MARGIN) * 1.15
         ax.set_xlim(-reach, reach)
@@ -349,7 +346,6 @@ def attention_figure(table: pd.DataFrame):
     return fig
 
 
-GAP_LEVELS = {0.9: ":", 0.99: "--", 1.0: "-"}  # the levels a gap is read between
 ZOOM = (0.95, 1.0)  # the lower panels: wide enough for 99% to stand clear of 100%
 
 
@@ -358,10 +354,6 @@ def grokking_figure():
     whole range (top) and zoomed to the last 5% (bottom), where 99% and 100% are apart;
     the 90%, 99% and 100% levels are named in the legend, and each task's title says how
     many seeds ever reached 100%."""
-    from matplotlib.lines import Line2D
-
-    from structattn_lite.studies.grokking.experiment import committed_records
-
     records = [r for r in committed_records("gap") if r.config["preset"] == "paper"]
     tasks = list(claims.TASK_NAME)
     fig, axes = plt.subplots(2, 3, figsize=figure_size(2, height=3.6), sharex="col",
@@ -372,12 +364,11 @@ def grokking_figure():
         for r in runs:
             h = r.history
             for ax in (top, zoom):
-                ax.plot(h["epoch"], h[claims.GAP_METRIC], color=style["color"], lw=0.8,
-                        alpha=0.8)  # fmt: skip
+                ax.plot(h["epoch"], h[GAP_METRIC], color=style["color"], lw=0.8, alpha=0.8)
         for ax in (top, zoom):
-            for level, ls in GAP_LEVELS.items():
+            for level, ls in LEVELS.items():  # the levels a gap is read between
                 ax.axhline(level, color="#555555", ls=ls, lw=0.6)
-        reached = sum(bool((r.history[claims.GAP_METRIC] >= 1.0).any()) for r in runs)
+        reached = sum(bool((r.history[GAP_METRIC] >= 1.0).any()) for r in runs)
         top.set_title(f"{claims.TASK_NAME[task]}: {reached} of {len(runs)} seeds reach 100%")
         top.set_ylim(0.4, 1.02)
         zoom.set_ylim(ZOOM[0], ZOOM[1] + 0.002)
@@ -388,7 +379,7 @@ def grokking_figure():
         ax.tick_params(labelleft=False)
     handles = [Line2D([], [], color=style["color"], lw=0.8, label="one seed")]
     handles += [Line2D([], [], color="#555555", ls=ls, lw=0.6, label=f"{level:.0%}")
-                for level, ls in GAP_LEVELS.items()]  # fmt: skip
+                for level, ls in LEVELS.items()]  # fmt: skip
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=6)
     fig.suptitle(f"{style['name']} at the paper's size, one line per seed (grid 'gap')")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
@@ -400,7 +391,7 @@ LENGTH_MODELS = ("lstm", "gru", "transformer", "diag_rnn", "diag_rnn_neg", "csp_
 
 def length_figure():
     """Parity far past the training length (16): whole-string accuracy, mean over seeds."""
-    curves = pd.read_csv(claims.results_dir() / "length_generalization.csv.gz")
+    curves = pd.read_csv(results_dir() / "length_generalization.csv.gz")
     parity = curves[curves["task"] == "parity"]
     fig, ax = plt.subplots(figsize=figure_size(1, height=2.3))
     for model in LENGTH_MODELS:

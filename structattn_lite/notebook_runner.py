@@ -9,6 +9,7 @@ tarballs are fetched once with ``npm pack`` into the virtual environment's share
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -145,6 +146,12 @@ def offline_assets(out_dir: Path) -> dict[str, str]:
     }
 
 
+def _widget_state(nb) -> dict:
+    """The notebook's saved widget models, by id."""
+    widgets = nb.metadata.get("widgets", {})
+    return widgets.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+
+
 def _has_controls(state: dict, model_id: str) -> bool:
     """Whether the saved widget ``model_id`` is, or holds, a control (a dropdown, slider...)."""
     todo, seen = [model_id], set()
@@ -170,8 +177,7 @@ def missing_widget_models(nb) -> list[str]:
     kernel is gone: a notebook saved by JupyterLab with its default ``saveState: false``
     (``make lab`` turns it on, see ``lab-settings/overrides.json``), or one executed without
     ``store_widget_state``. A view whose model id is empty was closed and is drawn as nothing."""
-    widgets = nb.metadata.get("widgets", {})
-    state = widgets.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = _widget_state(nb)
     missing = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -185,8 +191,7 @@ def mark_snapshots(nb) -> int:
     """Put ``SNAPSHOT_NOTE`` above every saved widget view that has controls; returns how many."""
     from nbformat.v4 import new_output
 
-    widgets = nb.metadata.get("widgets", {})
-    state = widgets.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = _widget_state(nb)
     note = new_output(
         "display_data", {"text/html": f'<div class="structattn-snapshot">{SNAPSHOT_NOTE}</div>'}
     )
@@ -279,26 +284,22 @@ def progress_line(name: str, progress_file: Path, seconds: float) -> str:
     return f"[study] {name}: {runs}, {elapsed(seconds)} elapsed"
 
 
-class _Ticker:
-    """Prints ``progress_line`` every ``every`` seconds while a notebook runs."""
+@contextlib.contextmanager
+def _ticking(name: str, progress_file: Path, every: float):
+    """Print ``progress_line`` every ``every`` seconds while the block runs."""
+    start, stopped = time.monotonic(), threading.Event()
 
-    def __init__(self, name: str, progress_file: Path, every: float):
-        self.name, self.progress_file, self.every = name, progress_file, every
-        self.start, self.stopped = time.monotonic(), threading.Event()
-        self.thread = threading.Thread(target=self._tick, daemon=True)
+    def tick() -> None:
+        while not stopped.wait(every):
+            print(progress_line(name, progress_file, time.monotonic() - start), flush=True)
 
-    def _tick(self) -> None:
-        while not self.stopped.wait(self.every):
-            line = progress_line(self.name, self.progress_file, time.monotonic() - self.start)
-            print(line, flush=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-        self.thread.join()
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stopped.set()
+        thread.join()
 
 
 def study_summary(rows: list[dict]) -> str:
@@ -319,13 +320,6 @@ def _written_since(folder: Path, since: float) -> list[Path]:
     if not folder.exists():
         return []
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.stat().st_mtime >= since)
-
-
-def _short(path: Path) -> Path:
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
 
 
 def run_notebooks(
@@ -364,7 +358,7 @@ def run_notebooks(
             if "DEVICE" in nb.read_text():  # only notebooks that train take a device
                 parameters["DEVICE"] = device
             started, start = time.time(), time.monotonic()
-            with _Ticker(nb.name, progress_file, every):
+            with _ticking(nb.name, progress_file, every):
                 pm.execute_notebook(
                     nb,
                     out,
@@ -378,8 +372,10 @@ def run_notebooks(
             done, total = read_progress(progress_file)
             progress_file.unlink(missing_ok=True)
             files = [out, written[-1], *_written_since(figures, started)]
+            here = Path.cwd()  # each file named from here where it lies below
+            files = [f.relative_to(here) if f.is_relative_to(here) else f for f in files]
             summary.append({"notebook": nb.name, "seconds": seconds, "done": done,
-                            "total": total, "written": [_short(f) for f in files]})  # fmt: skip
+                            "total": total, "written": files})  # fmt: skip
             runs = f"{done}/{total} runs done" if total else "no runs"
             print(f"[study] {nb.name}: finished in {elapsed(seconds)}, {runs}", flush=True)
     finally:

@@ -4,6 +4,7 @@ and the live training plot a notebook can hang on a sweep.
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 import threading
@@ -18,6 +19,7 @@ from cycler import cycler
 from IPython.display import display
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir
 from structattn_lite.names import DISPLAY_NAMES, display_name
@@ -110,6 +112,18 @@ def model_style(name: str) -> dict:
     return MODEL_STYLE[name]
 
 
+def model_handles(models) -> list[Line2D]:
+    """A legend entry per model: its display name, colour, dash and marker."""
+    return [Line2D([], [], lw=1, color=st["color"], ls=st["ls"], marker=st["marker"],
+                   label=st["name"]) for st in map(model_style, models)]  # fmt: skip
+
+
+def count_range(counts: pd.Series) -> str:
+    """The range of ``counts`` (seeds per cell, say): "5" when all are 5, else "3-5"."""
+    low, high = counts.min(), counts.max()
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
 # A table's key columns whose values are code keys, and the header each is shown under.
 WORDED_COLUMNS = {"preset": "model", "model": "model", "variant": "variant", "task": "task",
                   "loss": "loss"}  # fmt: skip
@@ -120,20 +134,14 @@ def in_words(table: pd.DataFrame) -> pd.DataFrame:
     the index or among the columns) shown as its display name (``names.DISPLAY_NAMES``),
     and "preset" headed "model". A value the table does not know stays as it is."""
 
-    def words(values):
-        return [DISPLAY_NAMES.get(v, v) if isinstance(v, str) else v for v in values]
+    def word(value):
+        return DISPLAY_NAMES.get(value, value) if isinstance(value, str) else value
 
     out = table.copy()
     for column in [c for c in out.columns if c in WORDED_COLUMNS]:
-        out[column] = words(out[column])
-    names = list(out.index.names)
-    if any(n in WORDED_COLUMNS for n in names):
-        levels = [out.index.get_level_values(i) for i in range(len(names))]
-        levels = [
-            words(v) if n in WORDED_COLUMNS else v for n, v in zip(names, levels, strict=True)
-        ]
-        out.index = pd.MultiIndex.from_arrays(levels, names=names) if len(names) > 1 else (
-            pd.Index(levels[0], name=names[0]))  # fmt: skip
+        out[column] = out[column].map(word)
+    for level in [n for n in out.index.names if n in WORDED_COLUMNS]:
+        out = out.rename(index=word, level=level)
     return out.rename_axis(index=[WORDED_COLUMNS.get(n, n) for n in out.index.names]).rename(
         columns={c: WORDED_COLUMNS[c] for c in out.columns if c in WORDED_COLUMNS}
     )
@@ -316,8 +324,6 @@ class LivePlot(Callback):
 
 def format_mean_sd(mean: float, sd: float, seeds: int, digits: int = 2) -> str:
     """The one way a mean over seeds is written: "0.97 ± 0.02 (3 seeds)"."""
-    import math
-
     if seeds == 0 or math.isnan(mean):
         return "-"
     if seeds == 1:
@@ -392,21 +398,20 @@ def browser(
     wide enough for its labels.
     """
 
-    def labelled(name, values):
+    def ordered(values):  # each value once, sorted (by type first, so a mixed list sorts)
+        return sorted(dict.fromkeys(values), key=lambda v: (str(type(v)), v))
+
+    def labelled(name, values):  # a named control's options: (display name, code key)
         if name not in NAMED_CONTROLS:
             return values
         return [(DISPLAY_NAMES.get(v, str(v)), v) for v in values]
 
-    def dropdown(name, values, keep_order=False):
-        values = list(dict.fromkeys(values))
-        if not keep_order:
-            values = sorted(values, key=lambda v: (str(type(v)), v))
-        labels = (
-            [label for label, _ in labelled(name, values)] if name in NAMED_CONTROLS else values
-        )
+    def dropdown(name, values):
+        options = labelled(name, values)
+        labels = [label for label, _ in options] if name in NAMED_CONTROLS else values
         width = f"{max([len(name), *(len(str(v)) for v in labels)]) + 12}ch"
         return widgets.Dropdown(
-            options=labelled(name, values),
+            options=options,
             description=name,
             layout=widgets.Layout(width=width),
             style={"description_width": "initial"},
@@ -421,11 +426,11 @@ def browser(
         style={"description_width": "initial"},
     )
     first = choices(sources[source.value])
-    pickers = {name: dropdown(name, values) for name, values in first.items()}
+    pickers = {name: dropdown(name, ordered(values)) for name, values in first.items()}
     for w in pickers.values():  # one value is a fact, not a choice: shown, greyed out
         w.disabled = len(w.options) <= 1
     fixed = {
-        name: dropdown(name, values, keep_order=True) for name, values in (extra or {}).items()
+        name: dropdown(name, list(dict.fromkeys(values))) for name, values in (extra or {}).items()
     }
     out = widgets.Output()
 
@@ -439,11 +444,11 @@ def browser(
     def new_source(*_):
         for name, values in choices(sources[source.value]).items():
             w = pickers[name]
-            ordered = sorted(dict.fromkeys(values), key=lambda v: (str(type(v)), v))
-            keep = w.value if w.value in ordered else (ordered[0] if ordered else None)
+            values = ordered(values)
+            keep = w.value if w.value in values else (values[0] if values else None)
             with w.hold_trait_notifications():
-                w.options, w.value = labelled(name, ordered), keep
-            w.disabled = len(ordered) <= 1
+                w.options, w.value = labelled(name, values), keep
+            w.disabled = len(values) <= 1
         redraw()
 
     source.observe(new_source, names="value")

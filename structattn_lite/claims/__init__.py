@@ -17,7 +17,7 @@ from structattn_lite import stats
 from structattn_lite.claims import attention, csp, length
 from structattn_lite.claims.rows import COLUMNS, TASK_NAME
 from structattn_lite.config import results_dir
-from structattn_lite.studies.grokking.report import GAP_METRIC, SPIKE_WINDOW, gap_verdict, seed_gaps
+from structattn_lite.studies.grokking.report import gap_verdict, seed_gaps
 
 CLAIMS_CSV = "claims.csv"
 # --- the table --------------------------------------------------------------------------
@@ -57,6 +57,11 @@ def committed() -> pd.DataFrame:
     return pd.read_csv(path())
 
 
+def by_source(table: pd.DataFrame, prefixes: tuple[str, ...]) -> pd.DataFrame:
+    """The rows whose id starts with one of ``prefixes`` ("table4", "gap", ...)."""
+    return table[table["id"].str.split("/").str[0].isin(prefixes)]
+
+
 def _cell(x: float, digits: int = 3, spec: str | None = None) -> str:
     return "" if pd.isna(x) else f"{x:{spec or f'.{digits}f'}}"
 
@@ -77,7 +82,7 @@ def markdown(
     ``ids``, each row's id first (as the README's "In short" cites it)."""
     table = ledger() if table is None else table
     if prefixes:
-        table = table[table["id"].str.split("/").str[0].isin(prefixes)]
+        table = by_source(table, prefixes)
     lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | reason |",
              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     if ids:

@@ -9,8 +9,12 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from structattn_lite.claims import ledger
+from structattn_lite.claims.csp import GAP_COMMAND
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.report import VERDICT_COLOR, figure_size
+from structattn_lite.studies.grokking.experiment import committed_records
+from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
 
 GROUPS = {
     "table3": "CSP paper, Table 3", "table4": "CSP paper, Table 4",
@@ -57,8 +61,6 @@ def curve_source(ident: str) -> tuple[str, str] | None:
 
 def _curves_line(row: pd.Series) -> list[str]:
     """Where the curves come from, when that is not the grid of the row's numbers."""
-    from structattn_lite.claims.csp import GAP_COMMAND
-
     if curve_source(row["id"]) is None or row["grid"] == CURVES_GRID:
         return []
     return [f"- the curves (right) are separate runs of the same model and protocol, from "
@@ -67,9 +69,6 @@ def _curves_line(row: pd.Series) -> list[str]:
 
 def _curves(ax, ident: str) -> bool:
     """Whole-string test accuracy per seed for the claims the gap grid's records carry."""
-    from structattn_lite.studies.grokking.experiment import committed_records
-    from structattn_lite.studies.grokking.report import GAP_METRIC
-
     source = curve_source(ident)
     if source is None:
         return False
@@ -77,7 +76,7 @@ def _curves(ax, ident: str) -> bool:
     for r in committed_records(CURVES_GRID):
         if r.config["preset"] == preset and r.config["task"] == task and len(r.history):
             ax.plot(r.history["epoch"], r.history[GAP_METRIC], lw=0.8, label=f"seed {r.seed}")
-    for level, ls in ((0.9, ":"), (0.99, "--"), (1.0, "-")):
+    for level, ls in LEVELS.items():
         ax.axhline(level, color="#555555", ls=ls, lw=0.6)
     ax.set(xlabel="epoch", ylabel="whole-string test accuracy",
            title=f"the runs (grid '{CURVES_GRID}')")  # fmt: skip
@@ -127,8 +126,6 @@ def claim_figure(row: pd.Series):
 
 def claims_browser(table: pd.DataFrame | None = None) -> widgets.Widget:
     """Two dropdowns, source then claim; the row, its seeds and its curves beneath."""
-    from structattn_lite.claims import ledger
-
     table = ledger(values=True) if table is None else table
     table = table.assign(group=table["id"].str.split("/").str[0])
     names = {GROUPS[g]: g for g in dict.fromkeys(table["group"]) if g in GROUPS}

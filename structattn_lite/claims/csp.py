@@ -19,6 +19,9 @@ from structattn_lite.claims.rows import (
     row,
 )
 from structattn_lite.names import display_name
+from structattn_lite.studies.ablations.experiment import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
+from structattn_lite.studies.ablations.report import load_results
+from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
 from structattn_lite.studies.grokking.report import SPIKE_WINDOW, gap_verdict, seed_gaps
 
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
@@ -45,8 +48,6 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
 
 
 def table3() -> list[dict]:
-    from structattn_lite.studies.ablations.experiment import PAPER_TABLE3
-
     words = {"focal": display_name("focal"),
              "ce": f"{display_name('ce')} instead of {display_name('focal')}"}  # fmt: skip
     cells = [
@@ -65,14 +66,9 @@ def _selector(**equal) -> Callable[[pd.DataFrame], pd.Series]:
 
 def table4() -> list[dict]:
     """Table 4's nine rows; the full rotated model is Table 3's focal runs (shared)."""
-    from structattn_lite.studies.ablations.experiment import PAPER_TABLE4
-
-    ablated = read("csp_ablations_paper_table4.csv")
-    full = read("csp_ablations_paper_text.csv")
-    if full is not None:
-        full = full[full["loss"] == "focal"]
-    frame = pd.concat([f for f in (ablated, full) if f is not None]) if (
-        ablated is not None or full is not None) else None  # fmt: skip
+    both = load_results((COMMITTED_CSV["paper_table4"], COMMITTED_CSV["paper_text"]),
+                        missing_ok=True)  # fmt: skip
+    frame = None if both is None else both[both["loss"] == "focal"]  # Table 4 is all focal
     cells = []
     for (rotation, variant), numbers in PAPER_TABLE4.items():
         for task, published in zip(TASK_NAME, numbers, strict=True):
@@ -97,8 +93,6 @@ GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-
 
 
 def grokking() -> list[dict]:
-    from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
-
     # gap: seeds 0-9 per cell; gap_seeds: seeds 10-24 of the authors' model on parity and
     # mod-3. A run in both files (gap_seeds held seeds 5-24 before issue 43) counts once.
     both = committed_records("gap") + committed_records("gap_seeds")

@@ -8,15 +8,15 @@ import pandas as pd
 from structattn_lite import stats
 from structattn_lite.claims.rows import TASK_NAME, equivalence_row, read
 from structattn_lite.names import display_name
+from structattn_lite.studies.length.authors import AUTHORS_TASK
+from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS, GRIDS
+from structattn_lite.studies.length.report import AUTHORS
+from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
 
 # --- the authors' README length table, and the wider field ------------------------------
 
 
 def authors_length() -> list[dict]:
-    from structattn_lite.studies.length.authors import AUTHORS_TASK
-    from structattn_lite.studies.length.grids import GRIDS
-    from structattn_lite.studies.length.report import AUTHORS
-
     curves = read("length_authors.csv.gz")
     rows = []
     for task, name in AUTHORS_TASK.items():
@@ -74,9 +74,6 @@ def wider_field() -> list[dict]:
 
 
 def _wider_field_theirs() -> list[dict]:
-    from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS
-    from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
-
     curves = read("length_grazzi.csv.gz")
     length, longest = GRAZZI_TEST_LENGTHS
     if curves is not None:

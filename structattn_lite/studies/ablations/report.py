@@ -3,9 +3,9 @@
 The committed records are the paper-size grids: ``csp_ablations_paper_text.csv`` (Table 3,
 whose focal row is Table 4's full model) and ``csp_ablations_paper_table4.csv`` (Table 4's
 other rows). ``load_results`` reads both as one frame, ``table3``/``table4`` summarize,
-``claims_table`` tests the paper's "A beats B" claims, ``style`` renders a pandas Styler,
-``save_table`` writes it to ``figures/`` (HTML and PNG/PDF), and ``grid_caption`` says
-which grid a table came from. Every verdict is the claims ledger's (``stats``).
+``claims_table`` tests the paper's "A beats B" claims, ``display_table`` writes each cell
+as mean ± sd, and ``grid_caption`` says which grid a table came from. Every verdict is the
+claims ledger's (``stats``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.config import results_dir
-from structattn_lite.report import format_mean_sd
+from structattn_lite.report import count_range, format_mean_sd
 from structattn_lite.studies.ablations.experiment import (
     COMMITTED_CSV,
     METRIC,
@@ -184,11 +184,7 @@ def grid_caption(df: pd.DataFrame) -> str:
     seeds = sorted(df["seed"].unique().tolist())
     cells = ["table", "rotation", "variant", "loss", "split", "task", "preset"]
     per_cell = df.groupby([c for c in cells if c in df])["seed"].nunique()
-    spread = (
-        f"{per_cell.min()}"
-        if per_cell.min() == per_cell.max()
-        else f"{per_cell.min()}-{per_cell.max()}"
-    )
+    spread = count_range(per_cell)
     hold = df["hold_perfect"].dropna().unique()
     # Grids made before the validation split stopped on test accuracy: say so.
     validated = "val_fraction" in df and bool((df["val_fraction"] > 0).all())

@@ -6,11 +6,15 @@ import dataclasses
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+import torch
 from IPython.display import display
+from matplotlib.lines import Line2D
 
 from structattn_lite import stats
 from structattn_lite.models import CSP_PRESETS
+from structattn_lite.models.csp import CSP
 from structattn_lite.names import display_name
 from structattn_lite.records import RunRecord
 from structattn_lite.report import PALETTE, browser, figure_size, model_style
@@ -34,8 +38,7 @@ def seed_gaps(history: pd.DataFrame, task: str) -> dict:
     whether it sat at chance before the jump, and its spike's offset from the jump."""
     acc = history[GAP_METRIC].tolist()
     epochs = history["epoch"].tolist()
-    first = {lvl: next((e for e, a in zip(epochs, acc, strict=True) if a >= lvl), None)
-             for lvl in (0.9, 0.99, 1.0)}  # fmt: skip
+    first = {level: jump_epoch(history, level) for level in (0.9, 0.99, 1.0)}
     jump = first[0.9]
     before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
     plateau = sum(a < CHANCE[task] + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
@@ -50,39 +53,43 @@ def seed_gaps(history: pd.DataFrame, task: str) -> dict:
     }
 
 
+def censored_gaps(jumped: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series]:
+    """The gaps ``column`` of the seeds that jumped, a seed that never got there censored
+    at its last epoch (for Kaplan-Meier), and whether each got there."""
+    reached = jumped[column].notna()
+    return jumped[column].where(reached, jumped["last"] - jumped["jump"]).astype(float), reached
+
+
 def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
     """(ours, low, high, verdict, reason) of one task's gap at one threshold."""
     jumped = seeds[seeds["jump"].notna()]
-    reached = jumped[column].notna()
-    times = jumped[column].where(reached, jumped["last"] - jumped["jump"]).astype(float)
-    median = stats.km_median(times, reached)
-    k, n = int(reached.sum()), len(seeds)
-    mean, low, high, _ = stats.mean_interval(jumped.loc[reached, column].astype(float))
-    level = column.split("_")[1]
+    times, reached = censored_gaps(jumped, column)
+    k, n, sat = int(reached.sum()), len(seeds), int(seeds["plateau"].sum())
+    mean, low, high, _ = stats.mean_interval(times[reached])
+    level, median = column.split("_")[1], stats.km_median(times, reached)
     counts = f"{k} of {n} seeds reached {level}%, KM median {median:g} epochs"
-    if int(seeds["plateau"].sum()) < stats.MIN_SEEDS:
-        sat = int(seeds["plateau"].sum())
-        return (
-            mean,
-            low,
-            high,
-            stats.UNDECIDED,
-            (f"no grokking phase to measure: {sat} of {n} seeds at chance before the jump"),
-        )
+    if sat < stats.MIN_SEEDS:
+        reason = f"no grokking phase to measure: {sat} of {n} seeds at chance before the jump"
+        return mean, low, high, stats.UNDECIDED, reason
     if 2 * k < n:
         return mean, low, high, stats.NOT_REPRODUCED, f"{counts} (the paper: all of 10)"
     if k < stats.MIN_SEEDS:
         return mean, low, high, stats.UNDECIDED, f"{counts}, fewer than {stats.MIN_SEEDS}"
-    _, dlow, dhigh = stats.welch_difference(
-        stats.summary(jumped.loc[reached, column].astype(float)), (*paper, PAPER_SEEDS)
-    )
+    _, dlow, dhigh = stats.welch_difference(stats.summary(times[reached]), (*paper, PAPER_SEEDS))
     margin = paper[1]
     text = f"{counts}; Welch ours - paper [{dlow:+.1f}, {dhigh:+.1f}], margin ±{margin}"
     if dhigh < -margin or dlow > margin:
-        return mean, low, high, stats.NOT_REPRODUCED, text
-    if k == n and -margin <= dlow and dhigh <= margin:
-        return mean, low, high, stats.REPRODUCED, text
-    return mean, low, high, stats.UNDECIDED, text
+        verdict = stats.NOT_REPRODUCED
+    elif k == n and -margin <= dlow and dhigh <= margin:
+        verdict = stats.REPRODUCED
+    else:
+        verdict = stats.UNDECIDED
+    return mean, low, high, verdict, text
+
+
+def preset_of(record: RunRecord) -> str:
+    """A run's CSP preset, or its model where it has none (a baseline)."""
+    return record.config["preset"] or record.config["model"]
 
 
 def summarize(records: list[RunRecord], metric: str = GAP_METRIC) -> pd.DataFrame:
@@ -97,7 +104,7 @@ def summarize(records: list[RunRecord], metric: str = GAP_METRIC) -> pd.DataFram
         rows.append(
             {
                 "task": r.config["task"],
-                "preset": r.config["preset"] or r.config["model"],
+                "preset": preset_of(r),
                 "seed": r.seed,
                 "status": r.status,
                 "epochs_run": len(h),
@@ -134,11 +141,8 @@ def grokking_figure(records, task: str, title: str | None = None):
     first epochs at 99% and 100% are marked, so the gap can be read off; the legend sits
     below the panels.
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
     runs = [r for r in records if r.config["task"] == task]
-    presets = sorted({r.config["preset"] or r.config["model"] for r in runs})
+    presets = sorted({preset_of(r) for r in runs})
     fig, axes = plt.subplots(
         2,
         len(presets),
@@ -153,7 +157,7 @@ def grokking_figure(records, task: str, title: str | None = None):
     colors = {seed: PALETTE[k % len(PALETTE)] for k, seed in enumerate(seeds)}
     for col, preset in enumerate(presets):
         acc_ax, norm_ax = axes[0, col], axes[1, col]
-        for r in (x for x in runs if (x.config["preset"] or x.config["model"]) == preset):
+        for r in (x for x in runs if preset_of(x) == preset):
             h, color = r.history, colors[r.seed]
             if not len(h):
                 continue
@@ -206,13 +210,8 @@ def grokking_browser(sources: dict[str, list[RunRecord]]) -> widgets.Widget:
         return {k: table[k].tolist() for k in ("task", "preset", "seed")}
 
     def show(records, task, preset, seed):
-        chosen = [
-            r
-            for r in records
-            if r.config["task"] == task
-            and r.seed == seed
-            and (r.config["preset"] or r.config["model"]) == preset
-        ]
+        chosen = [r for r in records
+                  if (r.config["task"], preset_of(r), r.seed) == (task, preset, seed)]  # fmt: skip
         if not chosen:
             print("no run for this choice in this source")
             return
@@ -230,8 +229,8 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
     Kaplan-Meier median gaps that count the seeds that never got there, the paper's gap,
     how often the gradient-norm spike sits at the jump, and the ledger's verdict."""
     per_seed = pd.DataFrame(
-        [{"task": r.config["task"], "preset": r.config["preset"] or r.config["model"],
-          **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
+        [{"task": r.config["task"], "preset": preset_of(r), **seed_gaps(r.history, r.config["task"])}
+         for r in records if len(r.history)]
     )  # fmt: skip
     rows = []
     for (task, preset), seeds in per_seed.groupby(["task", "preset"], sort=False):
@@ -240,10 +239,9 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
         row = {"task": task, "preset": preset, "seeds": len(seeds), "jumped": len(jumped),
                "at chance first": int(seeds["plateau"].sum())}  # fmt: skip
         for level in ("99", "100"):
-            reached = jumped[f"gap_{level}"].notna()
-            censored = jumped[f"gap_{level}"].where(reached, jumped["last"] - jumped["jump"])
+            censored, reached = censored_gaps(jumped, f"gap_{level}")
             row[f"reached {level}%"] = int(reached.sum())
-            row[f"gap to {level}% (KM median)"] = stats.km_median(censored.astype(float), reached)
+            row[f"gap to {level}% (KM median)"] = stats.km_median(censored, reached)
         row["gap, paper"] = f"{paper[0]} ± {paper[1]} ({PAPER_SEEDS} seeds)" if paper else "-"
         at = int((jumped["spike_offset"].abs() <= SPIKE_WINDOW).sum())
         row["spike at jump"] = f"{at} of {len(jumped)}"
@@ -291,10 +289,6 @@ def state_phases(model, tokens, layer: int = 0):
 
     ``model`` is a :class:`~structattn_lite.models.csp.CSP` (presets "paper" and
     "code_switches"); ``tokens`` one string, a sequence of token ids."""
-    import torch
-
-    from structattn_lite.models.csp import CSP
-
     if not isinstance(model, CSP):
         raise ValueError(
             f"model must be a CSP (preset 'paper' or 'code_switches'), got {type(model).__name__}"
@@ -318,8 +312,6 @@ def phase_figure(model, tokens, layer: int = 0, title: str | None = None):
     |arg h_t - arg h_(t-1)| / pi taken round the circle, at steps reading a 1 (filled) and a
     0 (hollow). A model that tracks parity on the circle turns its state by about pi at
     every 1 and leaves it alone at a 0."""
-    import numpy as np
-
     phases = state_phases(model, tokens, layer)
     tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
     steps = np.arange(1, len(tokens) + 1)

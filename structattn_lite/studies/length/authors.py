@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.names import display_name
+from structattn_lite.report import figure_size, model_style
 from structattn_lite.studies.length.report import AUTHORS
 
 AUTHORS_TASK = {"parity": "parity", "mod3_authors": "mod3", "dyck1_authors": "dyck1"}
@@ -30,20 +33,12 @@ def authors_table(curves: pd.DataFrame, lengths=(16, 32, 64)) -> pd.DataFrame:
             theirs = published[lengths.index(length)] if published else math.nan
             verdict, reason = stats.equivalence(at["all_acc"].tolist(), theirs,
                                                 stats.ACCURACY_MARGIN, bounds=stats.UNIT)  # fmt: skip
-            rows.append(
-                {
-                    "task": task,
-                    "L": length,
-                    "model": g["model"].iloc[0],
-                    "seeds": n,
-                    "ours, all positions": f"{mean:.3f}"
-                    + (f" [{low:.3f}, {high:.3f}]" if n > 1 else ""),  # fmt: skip
-                    "authors' README": "-" if math.isnan(theirs) else f"{theirs:.3f}",
-                    "verdict": verdict,
-                    "reason": reason,
-                    "ours, whole string": f"{at['seq_acc'].mean():.3f}",
-                }
-            )
+            interval = f" [{low:.3f}, {high:.3f}]" if n > 1 else ""
+            rows.append({"task": task, "L": length, "model": g["model"].iloc[0], "seeds": n,
+                         "ours, all positions": f"{mean:.3f}{interval}",
+                         "authors' README": "-" if math.isnan(theirs) else f"{theirs:.3f}",
+                         "verdict": verdict, "reason": reason,
+                         "ours, whole string": f"{at['seq_acc'].mean():.3f}"})  # fmt: skip
     return pd.DataFrame(rows).set_index(["task", "L"])
 
 
@@ -51,11 +46,6 @@ def authors_figure(curves: pd.DataFrame):
     """All-positions accuracy against evaluation length, one panel per task: our mean with
     its 95% t band over seeds (in the model's ``report.MODEL_STYLE`` colour), their README
     numbers as points."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from structattn_lite.report import figure_size, model_style
-
     tasks = list(dict.fromkeys(curves["task"]))
     fig, axes = plt.subplots(
         1, len(tasks), figsize=figure_size(2, height=2.6), squeeze=False, layout="constrained"

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import math
 
+import matplotlib.pyplot as plt
 import pandas as pd
+from IPython.display import display
+from matplotlib.lines import Line2D
 
+from structattn_lite import stats
+from structattn_lite.config import results_dir
 from structattn_lite.names import display_name
+from structattn_lite.report import browser, count_range, figure_size, model_handles, model_style
 from structattn_lite.studies.length.experiment import TABLE_LENGTHS
+from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS
+from structattn_lite.studies.length.results import COMMITTED_CSV, at_chosen_rates, chosen_rates
 
 METRICS = {
     "seq_acc": "whole string (label at position L)",
@@ -62,10 +70,10 @@ def length_summary(curves: pd.DataFrame, metric: str = "all_acc") -> pd.DataFram
     """Mean and sd over seeds of ``metric`` at the table lengths, per task/protocol/model."""
     sub = curves[curves["length"].isin(TABLE_LENGTHS)]
     keys = ["task", "protocol", "model"]
-    stats = sub.groupby([*keys, "length"])[metric].agg(["mean", "std", "count"]).reset_index()
-    wide = stats.set_index([*keys, "length"])
+    cells = sub.groupby([*keys, "length"])[metric].agg(["mean", "std", "count"]).reset_index()
+    wide = cells.set_index([*keys, "length"])
     mean, sd = wide["mean"].unstack("length"), wide["std"].unstack("length")  # keeps NaN sd
-    seeds = stats.groupby(keys)["count"].max()
+    seeds = cells.groupby(keys)["count"].max()
     params = curves.groupby(keys)["n_parameters"].first()
     return mean, sd, seeds, params
 
@@ -92,13 +100,8 @@ def length_table(
         task, proto, model = key
         if protocol is not None and proto != protocol:
             continue
-        row = {
-            "task": task,
-            "protocol": proto,
-            "model": model,
-            "params": int(params[key]),
-            "seeds": int(seeds[key]),
-        }
+        row = {"task": task, "protocol": proto, "model": model, "params": int(params[key]),
+               "seeds": int(seeds[key])}  # fmt: skip
         if key in fitted.index:
             row["fit"] = f"{fitted[key]}/{int(seeds[key])}"
         for length in TABLE_LENGTHS:
@@ -119,12 +122,7 @@ def length_table(
 def length_caption(curves: pd.DataFrame) -> str:
     """The grid a table came from, read from the runs' own config columns."""
     seeds = sorted(curves["seed"].unique().tolist())
-    per_cell = curves.groupby(["task", "protocol", "model"])["seed"].nunique()
-    spread = (
-        f"{per_cell.min()}"
-        if per_cell.min() == per_cell.max()
-        else f"{per_cell.min()}-{per_cell.max()}"
-    )
+    spread = count_range(curves.groupby(["task", "protocol", "model"])["seed"].nunique())
     grid = curves["grid"].iloc[0] if "grid" in curves else "?"
     runs = curves.drop_duplicates(["task", "protocol", "model", "seed"])
 
@@ -179,11 +177,6 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
     """Accuracy vs evaluation length: one panel per (protocol, task), one line per model
     in its ``report.MODEL_STYLE`` colour, dash and marker (so lines that coincide stay
     visible), with a band of ± 1 sd over seeds; the legend sits below the panels."""
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    from structattn_lite.report import figure_size, model_style
-
     tasks = [t for t in ("parity", "mod3", "dyck1") if t in set(curves["task"])]
     protocols = [p for p in ("fixed", "variable") if p in set(curves["protocol"])]
     models = models or list(dict.fromkeys(curves["model"]))
@@ -216,21 +209,13 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
                 ax.set_ylabel(
                     "accuracy: " + METRICS[metric].split(" (")[0].replace("positions ", "")
                 )
-    handles = [
-        Line2D([], [], lw=1, color=st["color"], ls=st["ls"], marker=st["marker"], label=st["name"])
-        for st in map(model_style, models)
-    ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(models), 4))
+    fig.legend(handles=model_handles(models), loc="outside lower center", ncols=min(len(models), 4))
     return fig
 
 
 def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
     """Pick a source (committed grid, profile runs), task, model, protocol and metric: the
     curve per seed and the table row."""
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    from structattn_lite.report import browser
 
     def choices(curves):
         return {k: curves[k].tolist() for k in ("task", "model", "protocol")}
@@ -266,9 +251,6 @@ def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
 def load_curves(grid: str = "committed") -> pd.DataFrame:
     """A committed grid's curves from data/results ("committed", "authors_short", ...);
     an empty frame for a grid whose file is not there."""
-    from structattn_lite.config import results_dir
-    from structattn_lite.studies.length.results import COMMITTED_CSV
-
     path = results_dir() / COMMITTED_CSV[grid]
     if not path.exists():
         if grid == "committed":
@@ -332,11 +314,6 @@ def grazzi_table(curves: pd.DataFrame) -> pd.DataFrame:
     """Per model of the grazzi grid: each rate's mean final validation accuracy (lengths
     64..128, the only number the choice reads), the chosen rate, and at that rate the
     whole-string accuracy at the test lengths, mean [95% t] over seeds."""
-    from structattn_lite import stats
-    from structattn_lite.report import model_style
-    from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS
-    from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
-
     rates, chosen = chosen_rates(curves), at_chosen_rates(curves)
     rows = []
     for (task, model), g in rates.groupby(["task", "model"], sort=False):
@@ -356,12 +333,6 @@ def grazzi_figure(curves: pd.DataFrame):
     """Left: each model's validation accuracy (lengths 64..128) against the rate, its
     choice ringed; right: whole-string accuracy against length at the chosen rate, mean
     over seeds with each seed as a dot; the training lengths shaded."""
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    from structattn_lite.report import figure_size, model_style
-    from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
-
     rates, chosen = chosen_rates(curves), at_chosen_rates(curves)
     models = list(dict.fromkeys(curves["model"]))
     fig, (left, right) = plt.subplots(
@@ -389,19 +360,14 @@ def grazzi_figure(curves: pd.DataFrame):
     right.set(xscale="log", xlabel="string length L", ylim=(0.4, 1.02),
               ylabel="whole-string accuracy at L", title="parity at the chosen rate")  # fmt: skip
     right.set_xscale("log", base=2)
-    handles = [
-        Line2D([], [], lw=1, color=st["color"], ls=st["ls"], marker=st["marker"], label=st["name"])
-        for st in map(model_style, models)
-    ]
-    handles.append(Line2D([], [], ls="", marker="o", ms=9, mfc="none", mec="k", label="chosen"))
+    handles = [*model_handles(models),
+               Line2D([], [], ls="", marker="o", ms=9, mfc="none", mec="k", label="chosen")]  # fmt: skip
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6))
     return fig
 
 
 def grazzi_caption(curves: pd.DataFrame) -> str:
     """The grid a grazzi table or figure comes from, read off its curves."""
-    from structattn_lite.studies.length.grids import GRAZZI_VAL_LENGTHS
-
     runs = curves.drop_duplicates(["task", "model", "lr", "seed"])
     seeds = sorted(int(s) for s in runs["seed"].unique())
     first, last = GRAZZI_VAL_LENGTHS

@@ -41,23 +41,18 @@ def last_pass(records: list[RunRecord]) -> list[RunRecord]:
     return [r for r in records if r.config["epochs"] == epochs[cell(r.config)]]
 
 
+# The config fields every curve row carries, in the committed files' column order.
+RUN_FIELDS = ("task", "model", "protocol", "seed", "train_length", "epochs", "n", "batch_size",
+              "loss")  # fmt: skip
+
+
 def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
     """Long table: one row per (run, evaluated length), with the run's config columns."""
     frames = []
     for r in records:
         c = r.config
         curve = pd.DataFrame(r.extra["curve"])
-        for key in (
-            "task",
-            "model",
-            "protocol",
-            "seed",
-            "train_length",
-            "epochs",
-            "n",
-            "batch_size",
-            "loss",
-        ):
+        for key in RUN_FIELDS:
             curve[key] = c[key]
         for key in ("split", "stop_at_fit"):
             curve[key] = c.get(key)
