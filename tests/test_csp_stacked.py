@@ -15,13 +15,13 @@ from structattn_lite.models.csp_stacked import StackedCSP, _pairs
 from structattn_lite.runs import train
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss, per_seed_loss
-from structattn_lite.training.stacked_trainer import (
+from structattn_lite.training.state_tracking import CSPRun
+from structattn_lite.training.trainer import (
+    OptimConfig,
     per_seed_grad_norm,
     step_seeds,
     unit_adam,
 )
-from structattn_lite.training.state_tracking import CSPRun
-from structattn_lite.training.trainer import OptimConfig
 
 # One switch at a time away from each preset: every value CSPConfig accepts appears.
 SWITCHES = [

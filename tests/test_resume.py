@@ -3,7 +3,7 @@
 A run killed with SIGKILL after its first checkpoint resumes and ends with the history of
 an uninterrupted run, exactly; so does a run interrupted in-process, for each lr schedule
 and with dropout drawing on torch's global RNG. The same for seeds trained together (a
-``StackedTrainer`` unit), killed or interrupted, with a seed already stopped by its rule.
+stacked model on the ``Trainer``), killed or interrupted, with a seed already stopped by its rule.
 Two holders of one run's lock: the second is refused with a clear message; a lock whose
 process is gone is taken over.
 """
@@ -31,7 +31,6 @@ from structattn_lite.locking import RunLock, RunLockedError
 from structattn_lite.runs import run_guarded, train
 from structattn_lite.training import checkpoint as ckpt_module
 from structattn_lite.training.checkpoint import CheckpointPlan, checkpoint_plan
-from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun
 from structattn_lite.training.trainer import Callback, OptimConfig, Trainer, few_threads
 
@@ -76,18 +75,18 @@ def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path, monkeypatch):
     assert 1 <= killed_at < KILLED.epochs
 
     resumed_from = []
-    resume = StackedTrainer.resume
+    resume = Trainer.resume
 
     def spy(self, *args):
         resumed_from.append(resume(self, *args))
         return resumed_from[-1]
 
-    monkeypatch.setattr(StackedTrainer, "resume", spy)
+    monkeypatch.setattr(Trainer, "resume", spy)
     history, norms = train_killed_config(str(path))
     assert resumed_from == [killed_at]
     assert not path.exists()  # a finished run deletes its checkpoint
 
-    monkeypatch.setattr(StackedTrainer, "resume", resume)
+    monkeypatch.setattr(Trainer, "resume", resume)
     reference, reference_norms = train_killed_config(None)
     assert len(history) == KILLED.epochs
     pd.testing.assert_frame_equal(history, reference, check_exact=True)
@@ -119,18 +118,18 @@ def test_killed_stacked_unit_resumes_to_the_uninterrupted_histories(tmp_path, mo
     assert 1 <= killed_at < STACKED_UNIT[0].epochs
 
     resumed_from = []
-    resume = StackedTrainer.resume
+    resume = Trainer.resume
 
     def spy(self, *args):
         resumed_from.append(resume(self, *args))
         return resumed_from[-1]
 
-    monkeypatch.setattr(StackedTrainer, "resume", spy)
+    monkeypatch.setattr(Trainer, "resume", spy)
     resumed = train_stacked_unit(str(path))
     assert resumed_from == [killed_at]
     assert not path.exists()  # a finished unit deletes its checkpoint
 
-    monkeypatch.setattr(StackedTrainer, "resume", resume)
+    monkeypatch.setattr(Trainer, "resume", resume)
     reference = train_stacked_unit(None)
     for (status, history, norms), (ref_status, ref_history, ref_norms) in zip(
         resumed, reference, strict=True
@@ -224,7 +223,7 @@ def toy_stacked_fit(optim: OptimConfig, checkpoint: Path | None, interrupt_at: i
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(2, 64, 5, generator=g), torch.randint(0, 2, (2, 64), generator=g)
     torch.manual_seed(0)
-    trainer = StackedTrainer(
+    trainer = Trainer(
         TwoSeedMLP(),
         lambda m, a, b: nn.functional.cross_entropy(m(a).transpose(1, 2), b, reduction="none").mean(
             1
@@ -277,7 +276,7 @@ def test_a_plain_trainer_refuses_a_stacked_plan(tmp_path):
         Trainer(nn.Linear(5, 2), lambda m, a, b: m(a).sum(), checkpoint=stacked)
     single = checkpoint_plan(tmp_path / "run.ckpt", every=1)
     with pytest.raises(ValueError, match="a single run"):
-        StackedTrainer(TwoSeedMLP(), lambda m, a, b: m(a).sum((1, 2)), checkpoint=single)
+        Trainer(TwoSeedMLP(), lambda m, a, b: m(a).sum((1, 2)), checkpoint=single)
     with pytest.raises(ValueError, match="not both"):
         Trainer(
             nn.Linear(5, 2), lambda m, a, b: 0, checkpoint_path=tmp_path / "x", checkpoint=single

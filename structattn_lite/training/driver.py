@@ -3,8 +3,8 @@
 A study describes one config's run as a ``Setup`` and turns a trained run into its
 ``RunRecord``; the driver builds the rest in one place (the loss, the batch sampler, the
 evaluation and the stop rule). ``train_seeds`` trains one config, or configs equal but for
-their seed: a model with a stacked form on one ``StackedTrainer`` (seeds stacked, one seed
-included), any other on a ``Trainer`` (``run_alone``).
+their seed on the one ``Trainer``: a model with a stacked form as a stack of its seeds (one
+seed included), any other as a plain model, one seed at a time (``run_alone``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from structattn_lite.training.checkpoint import CheckpointPlan
 from structattn_lite.training.losses import get_loss, per_seed_loss
 from structattn_lite.training.metrics import predict
 from structattn_lite.training.seed_batching import stack_models, unstack_model
-from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.trainer import Trainer
 
 
@@ -157,8 +156,8 @@ def train_seeds(
 ) -> list[RunRecord]:
     """Train configs equal but for their seed (one config or several), one record each.
 
-    A model with a stacked form trains on one ``StackedTrainer``, each seed as ``run_alone``
-    would train it; that is its only training path, one seed included. A model without one
+    A model with a stacked form trains as one stack on the ``Trainer``, each seed as
+    ``run_alone`` would train it; that is its only training path, one seed included. A model without one
     (the baselines) trains on a ``Trainer`` one seed at a time (``run_alone``), and seeds
     whose tensors differ in shape train as stacks of one; either way only a lone config
     takes the checkpoint (one file holds one unit).
@@ -232,7 +231,7 @@ def train_seeds(
             for i, s in enumerate(setups)
         ]
 
-    trainer = StackedTrainer(
+    trainer = Trainer(
         stacked, loss_fn, cfg0.optim, callbacks=callbacks, progress=progress, checkpoint=checkpoint
     )
     generators = [torch.Generator().manual_seed(s.cfg.seed) for s in setups]
