@@ -268,6 +268,46 @@ def test_interrupted_stacked_run_resumes_exactly(schedule, tmp_path):
         assert reference[1].history["lr"].nunique() > 1  # the scheduler state mattered
 
 
+def old_format(state: dict, stacked: bool) -> dict:
+    """A checkpoint as the two trainers wrote it before they were one (at 4e93233)."""
+    if stacked:
+        lrs = [lrs["param_groups"][0]["lr"] for lrs, _ in state["schedules"]]
+        old = {"adam": state["optimizer"], "lrs": torch.tensor(lrs, dtype=torch.float64)}
+        keep = ("model", "schedules", "active", "status", "reason", "epoch", "target", "rows",
+                "step_norms", "rng", "shapes")  # fmt: skip
+    else:
+        old = {"scheduler": state["schedules"][0][1], "rows": state["rows"][0],
+               "step_grad_norms": state["step_norms"][0]}  # fmt: skip
+        keep = ("model", "optimizer", "epoch", "steps", "target", "group_grad_norms", "best",
+                "elapsed", "stateful", "rng", "shapes")  # fmt: skip
+    return old | {k: state[k] for k in keep}
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["plain", "stacked"])
+def test_an_old_format_checkpoint_is_refused_in_one_line_and_the_run_retrains(stacked, tmp_path):
+    """A checkpoint of the plain or the stacked trainer before they became one Trainer is
+    refused with a one-line warning naming what it lacks, and the run trains from scratch
+    to the uninterrupted history: nothing lost but the time."""
+    optim, path = SCHEDULES["plateau"], tmp_path / "old.ckpt"
+    if stacked:
+        fit, interrupted = toy_stacked_fit, functools.partial(toy_stacked_fit, interrupt_at=4)
+    else:
+        fit, interrupted = toy_fit, functools.partial(toy_fit, callbacks=[StopAt(3)])
+    reference = fit(optim, None)
+    with pytest.raises(Interrupt):
+        interrupted(optim, path)
+    torch.save(old_format(torch.load(path, weights_only=True), stacked), path)
+    with pytest.warns(UserWarning, match="an older trainer's format, without") as caught:
+        retrained = fit(optim, path)
+    assert len(caught) == 1 and len(str(caught[0].message).splitlines()) == 1
+    assert "training from scratch" in str(caught[0].message) and not path.exists()
+    pairs = zip(retrained, reference, strict=True) if stacked else [(retrained, reference)]
+    for got, want in pairs:
+        assert got.resumed_from == 0 and (got.status, got.reason) == (want.status, want.reason)
+        pd.testing.assert_frame_equal(got.history, want.history, check_exact=True)
+        assert got.step_grad_norms == want.step_grad_norms
+
+
 def test_a_plain_trainer_refuses_a_stacked_plan(tmp_path):
     """A Trainer takes no plan of seeds trained together (nor a stack of several seeds a
     plan of one run; a stack of one seed is one run): a plan is never silently ignored."""

@@ -29,7 +29,7 @@ class CheckpointPlan:
 
     path: Path
     every: int = 1  # epochs (evaluations, for the attention recipe) between checkpoints
-    stacked: bool = False  # of several seeds trained together: a StackedTrainer's, no Trainer's
+    stacked: bool = False  # of several seeds trained together: a stacked model's, no plain one's
 
     def save(self, state: dict[str, Any]) -> Path:
         """Write ``state`` to the plan's path (atomically)."""
@@ -42,7 +42,7 @@ def checkpoint_plan(
     stacked: bool = False,
 ) -> CheckpointPlan | None:
     """The plan to checkpoint to ``path`` every ``every`` epochs; None when ``path`` is
-    None or ``every`` is 0. Only a ``StackedTrainer`` takes a ``stacked`` plan, so a unit
+    None or ``every`` is 0. Only a stacked model's Trainer takes a ``stacked`` plan, so a unit
     that falls back to one run per seed never has every seed resume from one file."""
     check_int("every", every, minimum=0)
     if not isinstance(stacked, bool):
@@ -159,20 +159,21 @@ def load_matching_checkpoint(
 ) -> dict | None:
     """The checkpoint at ``path`` if it is of this model and epoch count and holds every
     one of ``keys`` (the state the trainer saves: an older trainer's lacks some); None when
-    there is none, and None with a warning when it belongs to another run or trainer
-    (train from scratch)."""
+    there is none, and None with a one-line warning when it belongs to another run or is
+    of an older format (train from scratch: nothing is lost but the time)."""
     state = load_checkpoint(path, device)
     if state is None:
         return None
-    mismatch = state["shapes"] != model_shapes(model) or state["target"] != target
-    if mismatch or not set(keys) <= state.keys():
-        warnings.warn(
-            f"checkpoint {path} is of another model, epoch count or trainer; ignoring it "
-            "and training from scratch",
-            stacklevel=4,
-        )
-        return None
-    return state
+    missing = sorted(set(keys) - state.keys())
+    if not missing and state["shapes"] == model_shapes(model) and state["target"] == target:
+        return state
+    older = f" (an older trainer's format, without {', '.join(missing)})" if missing else ""
+    warnings.warn(
+        f"checkpoint {path} is of another model, epoch count or trainer{older}; ignoring it "
+        "and training from scratch",
+        stacklevel=4,
+    )
+    return None
 
 
 def plain(value: Any) -> Any:
