@@ -373,6 +373,21 @@ def test_one_trainer_trains_a_plain_model_as_one_seed_of_a_stack():
     assert max(together[2].step_grad_norms) > optim.clip  # and clipping mattered
 
 
+def test_a_stacked_model_refuses_what_only_the_plain_step_does():
+    """The per-seed step has no other optimizer, per-step lr, grad groups, bf16 autocast,
+    best-state monitor or CPU budget: asking for one is a one-line error, never ignored."""
+    w1, w2 = torch.zeros(2, 5, 16), torch.zeros(2, 16, 2)
+    for bad in ({"lr_at": lambda step: 0.1}, {"precision": "bfloat16"}, {"grad_groups": {"w": []}}):
+        with pytest.raises(ValueError, match="are a plain model's") as err:
+            Trainer(ToyMLP(w1, w2), lambda m, a, b: m(a).sum((1, 2)), **bad)
+        assert len(str(err.value).splitlines()) == 1
+    trainer = Trainer(ToyMLP(w1, w2), lambda m, a, b: m(a).sum((1, 2)), progress=False)
+    gens = [torch.Generator(), torch.Generator()]
+    for bad in ({"monitor": "val_loss"}, {"time_budget_s": 1.0}):
+        with pytest.raises(ValueError, match="stop a plain model only"):
+            trainer.fit(1, lambda g: [], lambda m: [{}, {}], gens, **bad)
+
+
 def test_a_diverging_seed_stops_alone(monkeypatch):
     real = state_tracking.build_csp_model
 

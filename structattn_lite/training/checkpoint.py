@@ -57,20 +57,19 @@ def trainer_plan(
     path: str | os.PathLike | None,
     every: int,
     stacked: bool | None,
-    trainer: str,
 ) -> CheckpointPlan | None:
-    """A trainer's plan from its ``checkpoint_path``/``checkpoint_every`` or ``checkpoint``
+    """The Trainer's plan from its ``checkpoint_path``/``checkpoint_every`` or ``checkpoint``
     arguments (not both); a plan of the other kind (``stacked``; None: either) is refused."""
     if path is not None:
         if plan is not None:
-            raise ValueError(f"{trainer} takes checkpoint_path or checkpoint, not both")
+            raise ValueError("Trainer takes checkpoint_path or checkpoint, not both")
         check_int("checkpoint_every", every, minimum=1)
         return CheckpointPlan(Path(path), every, bool(stacked))
     if plan is not None and not isinstance(plan, CheckpointPlan):
         raise ValueError(f"checkpoint must be a CheckpointPlan or None, got {plan!r}")
     if plan is not None and stacked is not None and plan.stacked != stacked:
         kind = "seeds trained together" if plan.stacked else "a single run"
-        raise ValueError(f"{trainer} cannot take a checkpoint plan for {kind}")
+        raise ValueError(f"Trainer cannot take a checkpoint plan for {kind}")
     return plan
 
 

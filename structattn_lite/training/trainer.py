@@ -1,4 +1,5 @@
-"""The trainer of one run, in every study: an optimizer, an lr schedule, clipping, callbacks.
+"""The one trainer, in every study: an optimizer, an lr schedule, clipping, callbacks, for a
+plain model or for S seeds of one stacked in one module (each trained as if alone).
 
 A run is rounds ("epochs" in its rows): one pass over a state-tracking training set, or
 the attention study's ``eval_every`` steps between evaluations; each ends in a row of
@@ -234,9 +235,7 @@ class Trainer:
         else:
             self.optimizer = self.make_optimizer(self.model, self.optim)
         kind = (True if self.n_seeds > 1 else None) if self.stacked else False  # None: either
-        self.plan = trainer_plan(
-            self.checkpoint, self.checkpoint_path, self.checkpoint_every, kind, "Trainer"
-        )
+        self.plan = trainer_plan(self.checkpoint, self.checkpoint_path, self.checkpoint_every, kind)
         self.schedules: list[tuple] = []  # (optimizer whose lr is the seed's, scheduler)
         self.group_grad_norms: dict[str, list[float]] = {k: [] for k in self.grad_groups}
         self.rows: list[list[dict[str, Any]]] = [[] for _ in range(self.n_seeds)]
@@ -245,13 +244,6 @@ class Trainer:
         self._restart()
         self.best = {"value": math.inf, "step": 0, "epoch": 0, "state": None}
         self._started: tuple[float, float] | None = None  # the clocks when the run began
-
-    def to_device(self, batch: tuple) -> tuple:
-        """The batch on the model's device (no copy when it is already there)."""
-        return tuple(
-            t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t
-            for t in batch
-        )
 
     def train_step(self, batch: tuple) -> tuple[Any, Any]:
         """One step on ``batch``; (loss, gradient norm before clipping), per seed (lists)
@@ -262,8 +254,9 @@ class Trainer:
         if self.lr_at is not None:
             for g in self.optimizer.param_groups:
                 g["lr"] = self.lr_at(self.steps)
+        batch = (t.to(self.device, non_blocking=True) if torch.is_tensor(t) else t for t in batch)
         with self.autocast():
-            loss = self.loss_fn(self.model, *self.to_device(batch))
+            loss = self.loss_fn(self.model, *batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         for name, params in self.grad_groups.items():
