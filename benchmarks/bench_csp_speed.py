@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_csp_speed.py [--reps 30] [--epoch-reps 3] [--seeds 10]
 
 1. ms per training step (forward, backward, clipping, Adam, reading the loss back) of
-   ``Trainer.train_step`` on the reference model vs ``StackedTrainer.train_step`` on a
+   ``Trainer.train_step`` on the reference model vs on a
    stacked model of one seed (S = 1), at the paper's sizes (batch 64, T = 16, d = 64,
    3 layers; sequence labels, focal loss) and at the authors' sizes (hidden 32, 3 layers,
    batch 64; per-prefix labels, cross-entropy): the text's CSP ("paper"), the code's
@@ -40,7 +40,6 @@ from structattn_lite.runs import train
 from structattn_lite.training.driver import run_alone
 from structattn_lite.training.losses import get_loss, per_seed_loss
 from structattn_lite.training.seed_batching import stack_models
-from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.state_tracking import CSPRun, csp_record, csp_setup
 from structattn_lite.training.trainer import OptimConfig, Trainer
 
@@ -82,8 +81,8 @@ def stacked_step(preset: str, d: int, labels: str, loss_name: str, n_seeds: int 
     def stacked_loss(m, xb, yb):
         return seeds(m(xb, last=True), yb[..., -1]) if last else seeds(m(xb), yb)
 
-    fast = StackedTrainer(stacked, stacked_loss, OptimConfig())
-    return lambda: fast.train_step(x, y)
+    fast = Trainer(stacked, stacked_loss, OptimConfig())
+    return lambda: fast.train_step((x, y))
 
 
 def step_variants(preset: str, d: int, labels: str, loss_name: str):

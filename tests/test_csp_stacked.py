@@ -16,13 +16,14 @@ from structattn_lite.runs import train
 from structattn_lite.studies.grokking import experiment as grokking
 from structattn_lite.training import state_tracking
 from structattn_lite.training.losses import LOSSES, get_loss, per_seed_loss
-from structattn_lite.training.stacked_trainer import (
+from structattn_lite.training.state_tracking import CSPRun
+from structattn_lite.training.trainer import (
+    OptimConfig,
+    Trainer,
     per_seed_grad_norm,
     step_seeds,
     unit_adam,
 )
-from structattn_lite.training.state_tracking import CSPRun
-from structattn_lite.training.trainer import OptimConfig
 
 # One switch at a time away from each preset: every value CSPConfig accepts appears.
 SWITCHES = [
@@ -300,6 +301,92 @@ def test_each_seed_of_a_stacked_run_equals_its_reference_run(changes, n_seeds):
         assert_same_record(a, b)
         assert b.extra["seed_batched"] == n_seeds
     assert len(alone[0].history) == 3
+
+
+class ToyMLP(torch.nn.Module):
+    """A ReLU MLP; given weights with a leading seed axis, a stacked model of those seeds."""
+
+    def __init__(self, w1: torch.Tensor, w2: torch.Tensor):
+        super().__init__()
+        if w1.dim() == 3:
+            self.n_seeds = len(w1)
+        self.w1, self.w2 = torch.nn.Parameter(w1.clone()), torch.nn.Parameter(w2.clone())
+
+    def forward(self, x):
+        return torch.relu(x @ self.w1) @ self.w2
+
+
+def test_one_trainer_trains_a_plain_model_as_one_seed_of_a_stack():
+    """The one Trainer, on plain models (S = 1, the plain step) and on the same models
+    stacked (the per-seed step): each seed's rows, lr schedule, clipping, stop rule,
+    status and step norms are its plain model's, while the seeds stop at different epochs."""
+    g = torch.Generator().manual_seed(0)
+    n, k = 48, 3
+    w1 = torch.randn(k, 5, 16, generator=g, dtype=torch.float64) / 2
+    w2 = torch.randn(k, 16, 2, generator=g, dtype=torch.float64) / 2
+    x = torch.randn(k, n, 5, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 2, (k, n), generator=g)
+    optim = OptimConfig(lr=0.3, clip=0.5, plateau_patience=0)
+    ce = torch.nn.functional.cross_entropy
+
+    def stop(rows):  # seed s stops by its rule after epoch 2 + 2s; seed 2 trains all 5
+        return len(rows) == 2 + 2 * rows[-1]["seed"]
+
+    def plain_run(s):
+        def batches(gen):
+            order = torch.randperm(n, generator=gen)
+            for i in range(0, n, 16):
+                yield x[s, order[i : i + 16]], y[s, order[i : i + 16]]
+
+        def evaluate(m):
+            return {"seed": s, "acc": (m(x[s]).argmax(-1) == y[s]).double().mean().item()}
+
+        trainer = Trainer(ToyMLP(w1[s], w2[s]), lambda m, a, b: ce(m(a), b), optim, progress=False)
+        return trainer.fit(5, batches, evaluate, torch.Generator().manual_seed(10 + s), stop)
+
+    def stacked_batches(gens):
+        orders = torch.stack([torch.randperm(n, generator=gen) for gen in gens])
+        for i in range(0, n, 16):
+            idx = orders[:, i : i + 16]
+            yield x[torch.arange(k)[:, None], idx], y[torch.arange(k)[:, None], idx]
+
+    def stacked_evaluate(m):
+        acc = (m(x).argmax(-1) == y).double().mean(1).tolist()
+        return [{"seed": s, "acc": acc[s]} for s in range(k)]
+
+    def stacked_loss(m, a, b):
+        return ce(m(a).transpose(1, 2), b, reduction="none").mean(1)
+
+    trainer = Trainer(ToyMLP(w1, w2), stacked_loss, optim, progress=False)
+    assert trainer.stacked and trainer.n_seeds == k
+    gens = [torch.Generator().manual_seed(10 + s) for s in range(k)]
+    together = trainer.fit(5, stacked_batches, stacked_evaluate, gens, stop)
+    alone = [plain_run(s) for s in range(k)]
+    assert [len(r.history) for r in together] == [2, 4, 5]
+    assert [r.status for r in together] == ["early_stop", "early_stop", "ok"]
+    for a, b in zip(alone, together, strict=True):
+        assert (a.status, a.reason) == (b.status, b.reason)
+        pd.testing.assert_frame_equal(a.history, b.history, rtol=1e-10)
+        torch.testing.assert_close(
+            torch.tensor(a.step_grad_norms), torch.tensor(b.step_grad_norms), rtol=1e-10, atol=0
+        )
+    assert together[2].history["lr"].nunique() > 1  # the plateau schedule stepped
+    assert max(together[2].step_grad_norms) > optim.clip  # and clipping mattered
+
+
+def test_a_stacked_model_refuses_what_only_the_plain_step_does():
+    """The per-seed step has no other optimizer, per-step lr, grad groups, bf16 autocast,
+    best-state monitor or CPU budget: asking for one is a one-line error, never ignored."""
+    w1, w2 = torch.zeros(2, 5, 16), torch.zeros(2, 16, 2)
+    for bad in ({"lr_at": lambda step: 0.1}, {"precision": "bfloat16"}, {"grad_groups": {"w": []}}):
+        with pytest.raises(ValueError, match="are a plain model's") as err:
+            Trainer(ToyMLP(w1, w2), lambda m, a, b: m(a).sum((1, 2)), **bad)
+        assert len(str(err.value).splitlines()) == 1
+    trainer = Trainer(ToyMLP(w1, w2), lambda m, a, b: m(a).sum((1, 2)), progress=False)
+    gens = [torch.Generator(), torch.Generator()]
+    for bad in ({"monitor": "val_loss"}, {"time_budget_s": 1.0}):
+        with pytest.raises(ValueError, match="stop a plain model only"):
+            trainer.fit(1, lambda g: [], lambda m: [{}, {}], gens, **bad)
 
 
 def test_a_diverging_seed_stops_alone(monkeypatch):

@@ -193,7 +193,7 @@ def test_the_command_line_reaches_a_training_step_in_at_most_twelve_calls(tmp_pa
     import traceback
 
     from structattn_lite import cli
-    from structattn_lite.training.stacked_trainer import StackedTrainer
+    from structattn_lite.training.trainer import Trainer
 
     class Reached(BaseException):  # past the sweep's guard, which records an Exception
         pass
@@ -203,7 +203,7 @@ def test_the_command_line_reaches_a_training_step_in_at_most_twelve_calls(tmp_pa
         raise Reached([*frames, "train_step"])
 
     monkeypatch.setenv("STRUCTATTN_RUNS", str(tmp_path))
-    monkeypatch.setattr(StackedTrainer, "train_step", train_step)
+    monkeypatch.setattr(Trainer, "train_step", train_step)
     with pytest.raises(Reached) as reached:
         cli.main(["run", "grokking", "--profile", "smoke"])
     path = reached.value.args[0]

@@ -3,7 +3,7 @@
 A run killed with SIGKILL after its first checkpoint resumes and ends with the history of
 an uninterrupted run, exactly; so does a run interrupted in-process, for each lr schedule
 and with dropout drawing on torch's global RNG. The same for seeds trained together (a
-``StackedTrainer`` unit), killed or interrupted, with a seed already stopped by its rule.
+stacked model on the ``Trainer``), killed or interrupted, with a seed already stopped by its rule.
 Two holders of one run's lock: the second is refused with a clear message; a lock whose
 process is gone is taken over.
 """
@@ -31,7 +31,6 @@ from structattn_lite.locking import RunLock, RunLockedError
 from structattn_lite.runs import run_guarded, train
 from structattn_lite.training import checkpoint as ckpt_module
 from structattn_lite.training.checkpoint import CheckpointPlan, checkpoint_plan
-from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.state_tracking import EXPERIMENT, CSPRun
 from structattn_lite.training.trainer import Callback, OptimConfig, Trainer, few_threads
 
@@ -76,18 +75,18 @@ def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path, monkeypatch):
     assert 1 <= killed_at < KILLED.epochs
 
     resumed_from = []
-    resume = StackedTrainer.resume
+    resume = Trainer.resume
 
     def spy(self, *args):
         resumed_from.append(resume(self, *args))
         return resumed_from[-1]
 
-    monkeypatch.setattr(StackedTrainer, "resume", spy)
+    monkeypatch.setattr(Trainer, "resume", spy)
     history, norms = train_killed_config(str(path))
     assert resumed_from == [killed_at]
     assert not path.exists()  # a finished run deletes its checkpoint
 
-    monkeypatch.setattr(StackedTrainer, "resume", resume)
+    monkeypatch.setattr(Trainer, "resume", resume)
     reference, reference_norms = train_killed_config(None)
     assert len(history) == KILLED.epochs
     pd.testing.assert_frame_equal(history, reference, check_exact=True)
@@ -119,18 +118,18 @@ def test_killed_stacked_unit_resumes_to_the_uninterrupted_histories(tmp_path, mo
     assert 1 <= killed_at < STACKED_UNIT[0].epochs
 
     resumed_from = []
-    resume = StackedTrainer.resume
+    resume = Trainer.resume
 
     def spy(self, *args):
         resumed_from.append(resume(self, *args))
         return resumed_from[-1]
 
-    monkeypatch.setattr(StackedTrainer, "resume", spy)
+    monkeypatch.setattr(Trainer, "resume", spy)
     resumed = train_stacked_unit(str(path))
     assert resumed_from == [killed_at]
     assert not path.exists()  # a finished unit deletes its checkpoint
 
-    monkeypatch.setattr(StackedTrainer, "resume", resume)
+    monkeypatch.setattr(Trainer, "resume", resume)
     reference = train_stacked_unit(None)
     for (status, history, norms), (ref_status, ref_history, ref_norms) in zip(
         resumed, reference, strict=True
@@ -224,7 +223,7 @@ def toy_stacked_fit(optim: OptimConfig, checkpoint: Path | None, interrupt_at: i
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(2, 64, 5, generator=g), torch.randint(0, 2, (2, 64), generator=g)
     torch.manual_seed(0)
-    trainer = StackedTrainer(
+    trainer = Trainer(
         TwoSeedMLP(),
         lambda m, a, b: nn.functional.cross_entropy(m(a).transpose(1, 2), b, reduction="none").mean(
             1
@@ -269,6 +268,46 @@ def test_interrupted_stacked_run_resumes_exactly(schedule, tmp_path):
         assert reference[1].history["lr"].nunique() > 1  # the scheduler state mattered
 
 
+def old_format(state: dict, stacked: bool) -> dict:
+    """A checkpoint as the two trainers wrote it before they were one (at 4e93233)."""
+    if stacked:
+        lrs = [lrs["param_groups"][0]["lr"] for lrs, _ in state["schedules"]]
+        old = {"adam": state["optimizer"], "lrs": torch.tensor(lrs, dtype=torch.float64)}
+        keep = ("model", "schedules", "active", "status", "reason", "epoch", "target", "rows",
+                "step_norms", "rng", "shapes")  # fmt: skip
+    else:
+        old = {"scheduler": state["schedules"][0][1], "rows": state["rows"][0],
+               "step_grad_norms": state["step_norms"][0]}  # fmt: skip
+        keep = ("model", "optimizer", "epoch", "steps", "target", "group_grad_norms", "best",
+                "elapsed", "stateful", "rng", "shapes")  # fmt: skip
+    return old | {k: state[k] for k in keep}
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["plain", "stacked"])
+def test_an_old_format_checkpoint_is_refused_in_one_line_and_the_run_retrains(stacked, tmp_path):
+    """A checkpoint of the plain or the stacked trainer before they became one Trainer is
+    refused with a one-line warning naming what it lacks, and the run trains from scratch
+    to the uninterrupted history: nothing lost but the time."""
+    optim, path = SCHEDULES["plateau"], tmp_path / "old.ckpt"
+    if stacked:
+        fit, interrupted = toy_stacked_fit, functools.partial(toy_stacked_fit, interrupt_at=4)
+    else:
+        fit, interrupted = toy_fit, functools.partial(toy_fit, callbacks=[StopAt(3)])
+    reference = fit(optim, None)
+    with pytest.raises(Interrupt):
+        interrupted(optim, path)
+    torch.save(old_format(torch.load(path, weights_only=True), stacked), path)
+    with pytest.warns(UserWarning, match="an older trainer's format, without") as caught:
+        retrained = fit(optim, path)
+    assert len(caught) == 1 and len(str(caught[0].message).splitlines()) == 1
+    assert "training from scratch" in str(caught[0].message) and not path.exists()
+    pairs = zip(retrained, reference, strict=True) if stacked else [(retrained, reference)]
+    for got, want in pairs:
+        assert got.resumed_from == 0 and (got.status, got.reason) == (want.status, want.reason)
+        pd.testing.assert_frame_equal(got.history, want.history, check_exact=True)
+        assert got.step_grad_norms == want.step_grad_norms
+
+
 def test_a_plain_trainer_refuses_a_stacked_plan(tmp_path):
     """A Trainer takes no plan of seeds trained together (nor a stack of several seeds a
     plan of one run; a stack of one seed is one run): a plan is never silently ignored."""
@@ -277,7 +316,7 @@ def test_a_plain_trainer_refuses_a_stacked_plan(tmp_path):
         Trainer(nn.Linear(5, 2), lambda m, a, b: m(a).sum(), checkpoint=stacked)
     single = checkpoint_plan(tmp_path / "run.ckpt", every=1)
     with pytest.raises(ValueError, match="a single run"):
-        StackedTrainer(TwoSeedMLP(), lambda m, a, b: m(a).sum((1, 2)), checkpoint=single)
+        Trainer(TwoSeedMLP(), lambda m, a, b: m(a).sum((1, 2)), checkpoint=single)
     with pytest.raises(ValueError, match="not both"):
         Trainer(
             nn.Linear(5, 2), lambda m, a, b: 0, checkpoint_path=tmp_path / "x", checkpoint=single

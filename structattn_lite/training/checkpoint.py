@@ -29,7 +29,7 @@ class CheckpointPlan:
 
     path: Path
     every: int = 1  # epochs (evaluations, for the attention recipe) between checkpoints
-    stacked: bool = False  # of several seeds trained together: a StackedTrainer's, no Trainer's
+    stacked: bool = False  # of several seeds trained together: a stacked model's, no plain one's
 
     def save(self, state: dict[str, Any]) -> Path:
         """Write ``state`` to the plan's path (atomically)."""
@@ -42,7 +42,7 @@ def checkpoint_plan(
     stacked: bool = False,
 ) -> CheckpointPlan | None:
     """The plan to checkpoint to ``path`` every ``every`` epochs; None when ``path`` is
-    None or ``every`` is 0. Only a ``StackedTrainer`` takes a ``stacked`` plan, so a unit
+    None or ``every`` is 0. Only a stacked model's Trainer takes a ``stacked`` plan, so a unit
     that falls back to one run per seed never has every seed resume from one file."""
     check_int("every", every, minimum=0)
     if not isinstance(stacked, bool):
@@ -57,20 +57,19 @@ def trainer_plan(
     path: str | os.PathLike | None,
     every: int,
     stacked: bool | None,
-    trainer: str,
 ) -> CheckpointPlan | None:
-    """A trainer's plan from its ``checkpoint_path``/``checkpoint_every`` or ``checkpoint``
+    """The Trainer's plan from its ``checkpoint_path``/``checkpoint_every`` or ``checkpoint``
     arguments (not both); a plan of the other kind (``stacked``; None: either) is refused."""
     if path is not None:
         if plan is not None:
-            raise ValueError(f"{trainer} takes checkpoint_path or checkpoint, not both")
+            raise ValueError("Trainer takes checkpoint_path or checkpoint, not both")
         check_int("checkpoint_every", every, minimum=1)
         return CheckpointPlan(Path(path), every, bool(stacked))
     if plan is not None and not isinstance(plan, CheckpointPlan):
         raise ValueError(f"checkpoint must be a CheckpointPlan or None, got {plan!r}")
     if plan is not None and stacked is not None and plan.stacked != stacked:
         kind = "seeds trained together" if plan.stacked else "a single run"
-        raise ValueError(f"{trainer} cannot take a checkpoint plan for {kind}")
+        raise ValueError(f"Trainer cannot take a checkpoint plan for {kind}")
     return plan
 
 
@@ -159,20 +158,21 @@ def load_matching_checkpoint(
 ) -> dict | None:
     """The checkpoint at ``path`` if it is of this model and epoch count and holds every
     one of ``keys`` (the state the trainer saves: an older trainer's lacks some); None when
-    there is none, and None with a warning when it belongs to another run or trainer
-    (train from scratch)."""
+    there is none, and None with a one-line warning when it belongs to another run or is
+    of an older format (train from scratch: nothing is lost but the time)."""
     state = load_checkpoint(path, device)
     if state is None:
         return None
-    mismatch = state["shapes"] != model_shapes(model) or state["target"] != target
-    if mismatch or not set(keys) <= state.keys():
-        warnings.warn(
-            f"checkpoint {path} is of another model, epoch count or trainer; ignoring it "
-            "and training from scratch",
-            stacklevel=4,
-        )
-        return None
-    return state
+    missing = sorted(set(keys) - state.keys())
+    if not missing and state["shapes"] == model_shapes(model) and state["target"] == target:
+        return state
+    older = f" (an older trainer's format, without {', '.join(missing)})" if missing else ""
+    warnings.warn(
+        f"checkpoint {path} is of another model, epoch count or trainer{older}; ignoring it "
+        "and training from scratch",
+        stacklevel=4,
+    )
+    return None
 
 
 def plain(value: Any) -> Any:

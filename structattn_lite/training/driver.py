@@ -3,8 +3,8 @@
 A study describes one config's run as a ``Setup`` and turns a trained run into its
 ``RunRecord``; the driver builds the rest in one place (the loss, the batch sampler, the
 evaluation and the stop rule). ``train_seeds`` trains one config, or configs equal but for
-their seed: a model with a stacked form on one ``StackedTrainer`` (seeds stacked, one seed
-included), any other on a ``Trainer`` (``run_alone``).
+their seed on the one ``Trainer``: a model with a stacked form as a stack of its seeds (one
+seed included), any other as a plain model, one seed at a time (``run_alone``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from structattn_lite.training.checkpoint import CheckpointPlan
 from structattn_lite.training.losses import get_loss, per_seed_loss
 from structattn_lite.training.metrics import predict
 from structattn_lite.training.seed_batching import stack_models, unstack_model
-from structattn_lite.training.stacked_trainer import StackedTrainer
 from structattn_lite.training.trainer import Trainer
 
 
@@ -76,8 +75,8 @@ class Setup:
 Record = Callable[..., RunRecord]
 
 
-def _present(x: torch.Tensor | None, axis: int = 0) -> bool:
-    return x is not None and x.shape[axis] > 0
+def _present(x: torch.Tensor | None) -> bool:
+    return x is not None and x.shape[1] > 0  # [S, N, ...]: any rows
 
 
 def run_alone(
@@ -89,59 +88,13 @@ def run_alone(
     device: str = "cpu",
     checkpoint: CheckpointPlan | None = None,
 ) -> RunRecord:
-    """Train one config on a ``Trainer`` from its seed; identical setups, identical runs.
+    """Train one config as a plain model (the ``Trainer``'s plain step) from its seed;
+    identical setups, identical runs.
 
     ``train_seeds``' path for a model with no stacked form; for a CSP, its readable model
     trained this way is the reference the stacked path is tested equal to."""
-    cfg, bs = setup.cfg, setup.cfg.batch_size
-    # Moved once: batches and evaluations index tensors already on the device.
-    t = {k: None if v is None else v.to(device) for k, v in setup.tensors.items()}
-    model = setup.model.to(device)
-    loss = get_loss(cfg.loss)
-
-    if setup.last_only:
-
-        def loss_fn(m, x, y):
-            return loss(m(x)[:, -1], y[:, -1])
-    else:
-
-        def loss_fn(m, x, y):
-            return loss(m(x), y)
-
-    if setup.sample is None:
-        x_train, y_train = t["x_train"], t["y_train"]
-
-        def batches(generator):
-            order = torch.randperm(len(x_train), generator=generator).to(device)
-            for i in range(0, len(order), bs):
-                idx = order[i : i + bs]
-                yield x_train[idx], y_train[idx]
-    else:
-
-        def batches(generator):  # drawn on the CPU (seeded), trained where the model is
-            for x, y in setup.sample(generator):
-                yield x.to(device), y.to(device)
-
-    def evaluate(m):
-        preds = {}
-        for name in setup.evals:
-            x, y = t.get(f"x_{name}"), t.get(f"y_{name}")
-            preds[name] = (predict(m, x), y) if _present(x) else (None, None)
-        return setup.score(preds)
-
-    trainer = Trainer(
-        model, loss_fn, cfg.optim, callbacks=callbacks, progress=progress, checkpoint=checkpoint
-    )
-    start = time.perf_counter()
-    result = trainer.fit(
-        cfg.epochs,
-        batches,
-        evaluate,
-        torch.Generator().manual_seed(cfg.seed),
-        stop_when=setup.stop,
-        desc=setup.desc,
-    )
-    return record(setup, result, time.perf_counter() - start, lambda: model)
+    options = dict(callbacks=callbacks, progress=progress, device=device, checkpoint=checkpoint)
+    return _train([setup], record, stacked=False, **options)[0]
 
 
 def train_seeds(
@@ -157,9 +110,10 @@ def train_seeds(
 ) -> list[RunRecord]:
     """Train configs equal but for their seed (one config or several), one record each.
 
-    A model with a stacked form trains on one ``StackedTrainer``, each seed as ``run_alone``
-    would train it; that is its only training path, one seed included. A model without one
-    (the baselines) trains on a ``Trainer`` one seed at a time (``run_alone``), and seeds
+    A model with a stacked form trains as one stack on the ``Trainer``, each seed as
+    ``run_alone`` would train it; that is its only training path, one seed included. A
+    model without one (the baselines) trains as a plain model one seed at a time
+    (``run_alone``), and seeds
     whose tensors differ in shape train as stacks of one; either way only a lone config
     takes the checkpoint (one file holds one unit).
     """
@@ -180,68 +134,108 @@ def train_seeds(
         return [
             train_seeds([c], setup, record, **options, eval_chunk=eval_chunk)[0] for c in configs
         ]
-    n_seeds = len(setups)
+    options |= dict(checkpoint=checkpoint, eval_chunk=eval_chunk)
+    return _train(setups, record, stacked=True, **options)
+
+
+def _train(
+    setups: list[Setup],
+    record: Record,
+    *,
+    stacked: bool,
+    callbacks: Sequence[Any],
+    progress: bool,
+    device: str,
+    checkpoint: CheckpointPlan | None,
+    eval_chunk: int = 512,
+) -> list[RunRecord]:
+    """Train configs equal but for their seed on one ``Trainer``: a stack of their models
+    (``stacked``), or one plain model (a stack of one seed whose tensors keep their seed
+    axis of 1 until the model is called, so both take the same batches)."""
+    first, n_seeds = setups[0], len(setups)
     cfg0, bs, last_only = first.cfg, first.cfg.batch_size, first.last_only
-    stacked = stack_models([s.model for s in setups]).to(device)
+    model = (stack_models([s.model for s in setups]) if stacked else first.model).to(device)
     t = {
         k: None if v is None else torch.stack([s.tensors[k] for s in setups]).to(device)
         for k, v in first.tensors.items()
     }
-    loss = per_seed_loss(cfg0.loss)
+    loss = (per_seed_loss if stacked else get_loss)(cfg0.loss)
 
-    if last_only:
+    if not stacked and last_only:
 
-        def loss_fn(model, x, y):
-            return loss(model(x, last=True), y[:, :, -1])
+        def loss_fn(m, x, y):
+            return loss(m(x[0])[:, -1], y[0][:, -1])
+    elif not stacked:
+
+        def loss_fn(m, x, y):
+            return loss(m(x[0]), y[0])
+    elif last_only:
+
+        def loss_fn(m, x, y):
+            return loss(m(x, last=True), y[:, :, -1])
     else:
 
-        def loss_fn(model, x, y):
-            return loss(model(x), y)
+        def loss_fn(m, x, y):
+            return loss(m(x), y)
+
+    def seeds(generators):  # a plain model's one generator as a stack's
+        return generators if stacked else [generators]
 
     if first.sample is None:
         x_train, y_train = t["x_train"], t["y_train"]
-        seeds = torch.arange(n_seeds, device=device)[:, None]
+        index = torch.arange(n_seeds, device=device)[:, None]
 
         def batches(generators):
             orders = torch.stack(
-                [torch.randperm(x_train.shape[1], generator=g) for g in generators]
+                [torch.randperm(x_train.shape[1], generator=g) for g in seeds(generators)]
             ).to(device)
             for i in range(0, orders.shape[1], bs):
                 idx = orders[:, i : i + bs]
-                yield x_train[seeds, idx], y_train[seeds, idx]
+                yield x_train[index, idx], y_train[index, idx]
     else:
 
         def batches(generators):  # each seed's draw (on the CPU, seeded), stacked
-            draws = [s.sample(g) for s, g in zip(setups, generators, strict=True)]
+            draws = [s.sample(g) for s, g in zip(setups, seeds(generators), strict=True)]
             for batch in zip(*draws, strict=True):
                 yield tuple(torch.stack(parts).to(device) for parts in zip(*batch, strict=True))
 
-    def predict_seeds(model, x, y):
-        """Predictions and targets per seed, at the last position only if only it is scored."""
+    def predict_seeds(m, x, y):
+        """Predictions and targets per seed, at the last position only if only it is scored
+        (a plain model predicts every position)."""
+        if not stacked:
+            return predict(m, x[0])[None], y
         if last_only:
-            return model.predict(x, eval_chunk, last=True)[..., None], y[..., -1:]
-        return model.predict(x, eval_chunk), y
+            return m.predict(x, eval_chunk, last=True)[..., None], y[..., -1:]
+        return m.predict(x, eval_chunk), y
 
-    def evaluate(model):
+    def evaluate(m):
         preds = {}
         for name in first.evals:
             x, y = t.get(f"x_{name}"), t.get(f"y_{name}")
-            preds[name] = predict_seeds(model, x, y) if _present(x, 1) else (None, None)
-        return [
+            preds[name] = predict_seeds(m, x, y) if _present(x) else (None, None)
+        scores = [
             s.score({k: (p[i], y[i]) if p is not None else (p, y) for k, (p, y) in preds.items()})
             for i, s in enumerate(setups)
         ]
+        return scores if stacked else scores[0]
 
-    trainer = StackedTrainer(
-        stacked, loss_fn, cfg0.optim, callbacks=callbacks, progress=progress, checkpoint=checkpoint
+    trainer = Trainer(
+        model, loss_fn, cfg0.optim, callbacks=callbacks, progress=progress, checkpoint=checkpoint
     )
     generators = [torch.Generator().manual_seed(s.cfg.seed) for s in setups]
     start = time.perf_counter()
     results = trainer.fit(
-        cfg0.epochs, batches, evaluate, generators, first.stop, [s.desc for s in setups]
+        cfg0.epochs,
+        batches,
+        evaluate,
+        generators if stacked else generators[0],
+        first.stop,
+        [s.desc for s in setups] if stacked else first.desc,
     )
     seconds = (time.perf_counter() - start) / n_seeds
+    if not stacked:
+        return [record(first, results, seconds, lambda: model)]
     return [
-        record(s, r, seconds, lambda i=i: unstack_model(stacked, i), seed_batched=n_seeds)
+        record(s, r, seconds, lambda i=i: unstack_model(model, i), seed_batched=n_seeds)
         for i, (s, r) in enumerate(zip(setups, results, strict=True))
     ]

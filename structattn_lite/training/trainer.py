@@ -1,4 +1,5 @@
-"""The trainer of one run, in every study: an optimizer, an lr schedule, clipping, callbacks.
+"""The one trainer, in every study: an optimizer, an lr schedule, clipping, callbacks, for a
+plain model or for S seeds of one stacked in one module (each trained as if alone).
 
 A run is rounds ("epochs" in its rows): one pass over a state-tracking training set, or
 the attention study's ``eval_every`` steps between evaluations; each ends in a row of
@@ -135,18 +136,65 @@ class TrainResult:
         return out
 
 
+# --- a stacked model's step: per-seed gradient norms and Adam ---------------------------
+
+
+def per_seed_grad_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """clip_grad_norm_'s total 2-norm, once per seed (leading axis): [S]."""
+    norms = [torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads]
+    return torch.linalg.vector_norm(torch.stack(norms), dim=0)
+
+
+def _per_seed(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return x.view(-1, *([1] * (like.dim() - 1)))
+
+
+def unit_adam(params: Sequence[torch.Tensor], weight_decay: float) -> torch.optim.Adam:
+    """torch's Adam at rate 1: its step is each element's unit step, which ``step_seeds``
+    scales by each seed's own rate (Adam's rate only scales its step). ``fused``: one
+    kernel for the whole update, as fast as a hand-written stacked Adam."""
+    return torch.optim.Adam(params, lr=1.0, weight_decay=weight_decay, fused=True)
+
+
+@torch.no_grad()
+def step_seeds(adam: torch.optim.Adam, lrs: torch.Tensor, update: torch.Tensor) -> None:
+    """One Adam step of every seed at its own rate ``lrs`` [S], from the parameters'
+    ``.grad``. A seed where ``update`` is False keeps its parameters: its gradient is
+    zeroed (a diverged seed's NaN stays out of the moments) and its rate is 0."""
+    params = adam.param_groups[0]["params"]
+    if not bool(update.all()):
+        for p in params:
+            p.grad = torch.where(_per_seed(update, p.grad), p.grad, 0.0)
+    before = [p.clone() for p in params]
+    adam.step()
+    rate = torch.where(update, lrs, 0.0).to(params[0].dtype)
+    torch._foreach_lerp_(before, params, [_per_seed(rate, p).expand_as(p) for p in params])
+    torch._foreach_copy_(params, before)
+
+
 @dataclass
 class Trainer:
-    """Train ``model`` with ``loss_fn(model, *batch) -> scalar``, round after round.
+    """Train ``model`` with ``loss_fn(model, *batch)``, round after round, S seeds at once.
 
-    The lr follows ``optim``'s per-round schedule (the plateau scheduler watches the
-    training loss, never a test metric), or ``lr_at(step)`` at each step. ``grad_groups``
-    (name -> parameters) have their gradient norm logged each step too. ``columns``: the
-    trainer's numbers each row starts with. ``stateful``: more objects for a checkpoint to
-    carry. Keep the data on ``device`` so batches need no copy; each step synchronises
-    with the device once, to read the loss and gradient norm the NaN guard needs. A
-    checkpoint plan makes ``fit`` save every few rounds, resume from a checkpoint it finds,
-    and delete it once the run ends.
+    A plain model is one seed (S = 1): ``loss_fn`` returns a scalar, ``batches(generator)``
+    gives a round's batches, ``evaluate(model)`` a metrics dict, and ``fit`` one
+    ``TrainResult``. A stacked model (``model.n_seeds`` = S, its parameters with a leading
+    seed axis) gets one generator per seed: ``loss_fn`` returns the per-seed losses [S],
+    whose *sum* gives seed s's parameters exactly seed s's gradient, ``evaluate`` one dict
+    per seed, and ``fit`` one result per seed. Either way each seed keeps its own batch
+    order, lr schedule, clipping, NaN/Inf guard (a diverged seed stops updating, the
+    others go on), stop rule, history and callbacks' calls (``run_name`` names the seed).
+
+    The plain step is ``make_optimizer``'s optimizer with ``clip_grad_norm_``; the lr
+    follows ``optim``'s per-round schedule (the plateau scheduler watches the training
+    loss, never a test metric), or ``lr_at(step)`` at each step. ``grad_groups`` (name ->
+    parameters) have their gradient norm logged each step too. The stacked step clips each
+    seed alone and takes one fused Adam step at each seed's rate (``step_seeds``).
+    ``columns``: the trainer's numbers each row starts with. ``stateful``: more objects
+    for a checkpoint to carry. Keep the data on ``device`` so batches need no copy; each
+    step synchronises with the device once, to read the losses and gradient norms the
+    NaN guard needs. A checkpoint plan makes ``fit`` save every few rounds, resume from a
+    checkpoint it finds, and delete it once the run ends.
     """
 
     model: nn.Module
@@ -173,34 +221,42 @@ class Trainer:
         else:
             self.device = torch.device(resolve_device(str(self.device)))
             self.model.to(self.device)
-        self.optimizer = self.make_optimizer(self.model, self.optim)
-        self.scheduler = None  # built by fit, which knows the epoch count cosine needs
-        self.plan = trainer_plan(
-            self.checkpoint, self.checkpoint_path, self.checkpoint_every, False, "Trainer"
-        )
-        self.step_grad_norms: list[float] = []
+        self.stacked = hasattr(self.model, "n_seeds")
+        self.n_seeds = self.model.n_seeds if self.stacked else 1
+        if self.stacked:
+            plain_only = self.make_optimizer is not adam or self.lr_at or self.grad_groups
+            if plain_only or self.precision != "float32":
+                raise ValueError("a stacked model trains in float32 on the per-seed Adam: "
+                                 "make_optimizer, lr_at, grad_groups and precision are a plain model's")  # fmt: skip
+            self.params = [p for p in self.model.parameters() if p.requires_grad]
+            self.optimizer = unit_adam(self.params, self.optim.weight_decay)
+            self.lrs = torch.full((self.n_seeds,), float(self.optim.lr), dtype=torch.float64,
+                                  device=self.device)  # fmt: skip
+        else:
+            self.optimizer = self.make_optimizer(self.model, self.optim)
+        kind = (True if self.n_seeds > 1 else None) if self.stacked else False  # None: either
+        self.plan = trainer_plan(self.checkpoint, self.checkpoint_path, self.checkpoint_every, kind)
+        self.schedules: list[tuple] = []  # (optimizer whose lr is the seed's, scheduler)
         self.group_grad_norms: dict[str, list[float]] = {k: [] for k in self.grad_groups}
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[list[dict[str, Any]]] = [[] for _ in range(self.n_seeds)]
+        self.step_norms: list[list[float]] = [[] for _ in range(self.n_seeds)]
         self.epoch = self.steps = 0
+        self._restart()
         self.best = {"value": math.inf, "step": 0, "epoch": 0, "state": None}
         self._started: tuple[float, float] | None = None  # the clocks when the run began
 
-    def to_device(self, batch: tuple) -> tuple:
-        """The batch on the model's device (no copy when it is already there)."""
-        return tuple(
-            t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t
-            for t in batch
-        )
-
-    def train_step(self, batch: tuple) -> tuple[float, float]:
-        """One step on ``batch``, skipped if its loss or gradient is not finite; logs its
-        gradient norms; (loss, gradient norm before clipping)."""
+    def train_step(self, batch: tuple) -> tuple[Any, Any]:
+        """One step on ``batch``; (loss, gradient norm before clipping), per seed (lists)
+        for a stacked model. A seed whose loss or gradient is not finite is not stepped."""
+        if self.stacked:
+            return self._stacked_step(batch)
         self.model.train()
         if self.lr_at is not None:
             for g in self.optimizer.param_groups:
                 g["lr"] = self.lr_at(self.steps)
+        batch = (t.to(self.device, non_blocking=True) if torch.is_tensor(t) else t for t in batch)
         with self.autocast():
-            loss = self.loss_fn(self.model, *self.to_device(batch))
+            loss = self.loss_fn(self.model, *batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         for name, params in self.grad_groups.items():
@@ -211,11 +267,29 @@ class Trainer:
         # The one host sync of a step: both numbers in one transfer.
         stats = torch.stack([loss.detach().double(), grad_norm.to(loss.device).double()])
         loss_value, norm_value = stats.tolist()
-        self.step_grad_norms.append(norm_value)
         if math.isfinite(loss_value) and math.isfinite(norm_value):
             self.optimizer.step()
             self.steps += 1
         return loss_value, norm_value
+
+    def _stacked_step(self, batch: tuple) -> tuple[list[float], list[float]]:
+        self.model.train()
+        losses = self.loss_fn(self.model, *batch)
+        for p in self.params:
+            p.grad = None
+        losses.sum().backward()
+        grads = [p.grad for p in self.params]
+        norms = per_seed_grad_norm(grads)
+        max_norm = self.optim.clip if self.optim.clip is not None else math.inf
+        coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_(grads, [_per_seed(coef, g) for g in grads])
+        stats = torch.stack([losses.detach().double(), norms.detach().double()]).cpu()
+        update = (self.active & stats.isfinite().all(0)).to(norms.device)
+        if bool(update.any()):
+            step_seeds(self.optimizer, self.lrs, update)
+            self.steps += 1
+        loss_values, norm_values = stats.tolist()
+        return loss_values, norm_values
 
     def autocast(self):
         if self.precision == "float32":
@@ -227,46 +301,53 @@ class Trainer:
         wall, cpu = self._started
         return time.perf_counter() - wall, time.process_time() - cpu
 
-    def train_round(
-        self, batches: Iterable[tuple], time_budget_s: float | None
-    ) -> tuple[list[float], list[float], str, str | None]:
-        """A round's steps: (losses, gradient norms, status, reason). The round ends early
-        at a step that diverges (not taken) or that spends the CPU-time budget."""
-        losses, norms = [], []
-        for batch in batches:
-            loss, norm = self.train_step(batch)
-            losses.append(loss)
-            norms.append(norm)
-            for cb in self.callbacks:
-                cb.on_batch_end(self, loss, norm)
-            if not (math.isfinite(loss) and math.isfinite(norm)):
-                what = "loss" if not math.isfinite(loss) else "gradient norm"
-                where = f"epoch {self.epoch}, step {len(self.step_grad_norms)}"
-                return losses, norms, "diverged", f"non-finite {what} at {where}"
-            if time_budget_s is not None and self.elapsed()[1] > time_budget_s:
-                return losses, norms, "time_budget", f"CPU time over {time_budget_s:g} s"
-        return losses, norms, "ok", None
+    def _schedule(self, epochs: int) -> tuple:
+        """A seed's (optimizer whose lr it reads, scheduler): the plain model's own; for a
+        stacked model, a dummy optimizer per seed whose lr ``step_seeds`` is given."""
+        if not self.stacked:
+            scheduler = None if self.lr_at else make_scheduler(self.optimizer, self.optim, epochs)
+            return self.optimizer, scheduler
+        dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=self.optim.lr)
+        scheduler = make_scheduler(dummy, self.optim, epochs)
+        dummy.step()  # a no-op (no gradient) that tells the scheduler the optimizer steps
+        return dummy, scheduler
 
-    def round_row(self, losses: list[float], norms: list[float], evaluate) -> dict[str, Any]:
-        """A round's row of history: the trainer's ``columns``, then ``evaluate(model)``'s."""
-        lr, (wall, cpu) = self.optimizer.param_groups[0]["lr"], self.elapsed()
-        numbers = dict(epoch=self.epoch, step=self.steps, lr=lr,
-                       train_loss=sum(losses) / len(losses), grad_norm_mean=sum(norms) / len(norms),
-                       grad_norm_max=max(norms), seconds=wall, cpu_seconds=cpu)  # fmt: skip
-        return {k: numbers[k] for k in self.columns} | evaluate(self.model)
+    def _restart(self) -> None:
+        """Every seed active again: a ``fit`` trains each seed on from where it stopped."""
+        self.active = torch.ones(self.n_seeds, dtype=torch.bool)
+        self.status, self.reason = ["ok"] * self.n_seeds, [None] * self.n_seeds
+
+    def _stop(self, seed: int, status: str, reason: str) -> None:
+        self.status[seed], self.reason[seed] = status, reason
+        self.active[seed] = False
+
+    def _callback(self, hook: str, seed: int, *args) -> None:
+        self.run_name = self.names[seed]
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
 
     # --- checkpoints -------------------------------------------------------------------
 
-    def state(self, generator: torch.Generator, target: int) -> dict[str, Any]:
+    def state(self, generator, target: int) -> dict[str, Any]:
+        """Everything the next rounds depend on, for every seed."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "schedules": [
+                (
+                    None if lrs is self.optimizer else lrs.state_dict(),
+                    None if sched is None else sched.state_dict(),
+                )
+                for lrs, sched in self.schedules
+            ],  # fmt: skip
+            "active": self.active.tolist(),
+            "status": list(self.status),
+            "reason": list(self.reason),
             "epoch": self.epoch,
             "steps": self.steps,
             "target": target,
-            "rows": [{k: plain(v) for k, v in row.items()} for row in self.rows],
-            "step_grad_norms": list(self.step_grad_norms),
+            "rows": [[{k: plain(v) for k, v in row.items()} for row in r] for r in self.rows],
+            "step_norms": [list(n) for n in self.step_norms],
             "group_grad_norms": {k: list(v) for k, v in self.group_grad_norms.items()},
             "best": self.best,
             "elapsed": self.elapsed(),
@@ -275,18 +356,28 @@ class Trainer:
             "shapes": model_shapes(self.model),
         }
 
-    def resume(self, generator: torch.Generator, target: int) -> int:
-        """Load the plan's checkpoint if there is one; the round it resumes from."""
-        keys = self.state(generator, target).keys()  # an older trainer's lacks some
+    def resume(self, generator, target: int) -> int:
+        """Load the plan's checkpoint if there is one; the round it resumes from. One of
+        another format (an older trainer's) lacks some keys: it is ignored, with a warning."""
+        keys = self.state(generator, target).keys()
         state = load_matching_checkpoint(self.plan.path, self.device, self.model, target, keys)
         if state is None:
             return 0
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+        for (lrs, sched), (lrs_state, sched_state) in zip(
+            self.schedules, state["schedules"], strict=True
+        ):
+            if lrs_state is not None:
+                lrs.load_state_dict(lrs_state)
+            if sched is not None:
+                sched.load_state_dict(sched_state)
+        if self.stacked:  # each seed's rate is its schedule's
+            self.lrs.copy_(torch.tensor([lrs.param_groups[0]["lr"] for lrs, _ in self.schedules]))
+        self.active = torch.tensor(state["active"], dtype=torch.bool)
+        self.status, self.reason = state["status"], state["reason"]
         self.epoch, self.steps, self.rows = state["epoch"], state["steps"], state["rows"]
-        self.step_grad_norms, self.best = state["step_grad_norms"], state["best"]
+        self.step_norms, self.best = state["step_norms"], state["best"]
         self.group_grad_norms = state["group_grad_norms"]
         for s, saved in zip(self.stateful, state["stateful"], strict=True):
             s.load_state_dict(saved)
@@ -300,68 +391,127 @@ class Trainer:
     def fit(
         self,
         epochs: int,
-        batches: Callable[[torch.Generator], Iterable[tuple]],
-        evaluate: Callable[[nn.Module], dict[str, float]],
-        generator: torch.Generator,
+        batches: Callable[[Any], Iterable[tuple]],
+        evaluate: Callable[[nn.Module], Any],
+        generator: torch.Generator | Sequence[torch.Generator],
         stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
-        desc: str = "train",
+        desc: str | Sequence[str] = "train",
         monitor: str | None = None,
         patience: int | None = None,
         time_budget_s: float | None = None,
-    ) -> TrainResult:
-        """Train ``epochs`` more rounds on ``batches(generator)``, logging ``evaluate(model)``.
+    ) -> TrainResult | list[TrainResult]:
+        """Train ``epochs`` more rounds on ``batches(generator)``, logging ``evaluate(model)``;
+        a stacked model takes one generator per seed and ``desc`` per seed (run names).
 
-        Stops early once ``stop_when(rows)`` holds, after ``patience`` rounds without a new
-        lowest ``monitor`` (whose best state is restored at the end), or once the run's CPU
-        time passes ``time_budget_s``.
+        A seed stops early once ``stop_when(its rows)`` holds; a plain model also after
+        ``patience`` rounds without a new lowest ``monitor`` (whose best state is restored
+        at the end), or once the run's CPU time passes ``time_budget_s``.
         """
         if patience is not None and monitor is None:
             raise ValueError("patience counts rounds without a new best monitor value: name it")
-        target = self.epoch + epochs
-        self.run_name = desc  # callbacks say which run they draw (a live plot's title)
-        if self.scheduler is None and self.lr_at is None:  # (None again for a constant lr)
-            self.scheduler = make_scheduler(self.optimizer, self.optim, epochs)
+        if self.stacked and (monitor or time_budget_s is not None):
+            raise ValueError("monitor, patience and time_budget_s stop a plain model only")
+        k, target = self.n_seeds, self.epoch + epochs
+        if isinstance(desc, str):
+            desc = [desc] if k == 1 else [f"{desc} seed {i}" for i in range(k)]
+        self.names = list(desc)
+        self.run_name = self.names[0]  # callbacks say which run they draw (a live plot's title)
+        if not self.schedules:
+            self.schedules = [self._schedule(epochs) for _ in range(k)]
+        self._restart()
         if self._started is None:
             self._started = (time.perf_counter(), time.process_time())
         resumed_from = self.resume(generator, target) if self.plan else 0
-        status, reason = "ok", None
+        label = self.names[0] if k == 1 else f"{self.names[0]} +{k - 1} seeds"
         bar = tqdm(
-            total=target, initial=self.epoch, desc=desc, disable=not self.progress, leave=False
+            total=target, initial=self.epoch, desc=label, disable=not self.progress, leave=False
         )
-        while self.epoch < target:
+        while self.epoch < target and self.active.any():
             self.epoch += 1
-            losses, norms, status, reason = self.train_round(batches(generator), time_budget_s)
-            if status == "diverged":
-                break
-            row = self.round_row(losses, norms, evaluate)
-            if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                self.scheduler.step(sum(losses) / len(losses))
-            elif self.scheduler is not None:
-                self.scheduler.step()
-            self.rows.append(row)
-            if monitor is not None and row[monitor] < self.best["value"]:
-                self.best = {"value": row[monitor], "step": self.steps, "epoch": self.epoch,
-                             "state": copy.deepcopy(self.model.state_dict())}  # fmt: skip
-            if stop_when is not None and stop_when(self.rows):
-                status, reason = "early_stop", f"stop rule met at epoch {self.epoch}"
-            elif patience is not None and self.epoch - self.best["epoch"] >= patience:
-                status, reason = "early_stop", f"no better {monitor} in {patience} epochs"
-            if self.plan and status == "ok" and self.epoch < target:
-                if self.epoch % self.plan.every == 0:
-                    self.plan.save(self.state(generator, target))
-            for cb in self.callbacks:
-                cb.on_epoch_end(self, row)
+            rules = (stop_when, monitor, patience, time_budget_s)
+            logged = self._epoch(batches, evaluate, generator, *rules)
+            plan = self.plan
+            if plan and self.active.any() and self.epoch < target and self.epoch % plan.every == 0:
+                plan.save(self.state(generator, target))
+            for i in logged:
+                self._callback("on_epoch_end", i, self.rows[i][-1])
             bar.update(1)
-            shown = ("train_loss", "test_acc", monitor)
-            bar.set_postfix({k: f"{v:.3g}" for k, v in row.items() if k in shown})
-            if status != "ok":
-                break
+            shown = [self.rows[i][-1] for i in logged]
+            bar.set_postfix({c: f"{sum(r[c] for r in shown) / len(shown):.3g}"
+                             for c in ("train_loss", "test_acc", monitor) if shown and c in shown[0]})  # fmt: skip
         bar.close()
         if self.plan:
             self.plan.path.unlink(missing_ok=True)  # the run is over: its record says the rest
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
         wall, cpu = self.elapsed()
-        return TrainResult(pd.DataFrame(self.rows), list(self.step_grad_norms), status, reason,
-                           resumed_from, {k: list(v) for k, v in self.group_grad_norms.items()},
-                           self.steps, self.best["step"], wall, cpu)  # fmt: skip
+        results = [
+            TrainResult(
+                pd.DataFrame(self.rows[i]),
+                list(self.step_norms[i]),
+                self.status[i],
+                self.reason[i],
+                resumed_from,
+                {k: list(v) for k, v in self.group_grad_norms.items()},
+                self.steps,
+                self.best["step"],
+                wall,
+                cpu,
+            )  # fmt: skip
+            for i in range(k)
+        ]
+        return results if self.stacked else results[0]
+
+    def _epoch(self, batches, evaluate, generator, stop_when, monitor, patience, budget):
+        """One round of every seed still active: its steps, then its row, schedule and stop
+        rules; the seeds that logged a row. A seed's round ends at a step that diverges
+        (not taken, no row); every seed's at the step that spends the CPU-time budget."""
+        k, epoch, over = self.n_seeds, self.epoch, None
+        losses: list[list[float]] = [[] for _ in range(k)]
+        norms: list[list[float]] = [[] for _ in range(k)]
+        for batch in batches(generator):
+            was_active = self.active.tolist()
+            loss, norm = self.train_step(batch)
+            if not self.stacked:
+                loss, norm = [loss], [norm]
+            for i in (i for i in range(k) if was_active[i]):
+                losses[i].append(loss[i])
+                norms[i].append(norm[i])
+                self.step_norms[i].append(norm[i])
+                self._callback("on_batch_end", i, loss[i], norm[i])
+                if not (math.isfinite(loss[i]) and math.isfinite(norm[i])):
+                    what = "loss" if not math.isfinite(loss[i]) else "gradient norm"
+                    where = f"epoch {epoch}, step {len(self.step_norms[i])}"
+                    self._stop(i, "diverged", f"non-finite {what} at {where}")
+            if not self.active.any():
+                return []
+            if budget is not None and self.elapsed()[1] > budget:
+                over = f"CPU time over {budget:g} s"
+                break
+        wall, cpu = self.elapsed()
+        metrics = evaluate(self.model)
+        logged = [i for i in range(k) if self.active[i]]
+        for i in logged:
+            lrs, scheduler = self.schedules[i]
+            train_loss = sum(losses[i]) / len(losses[i])
+            numbers = dict(epoch=epoch, step=self.steps, lr=lrs.param_groups[0]["lr"],
+                           train_loss=train_loss, grad_norm_mean=sum(norms[i]) / len(norms[i]),
+                           grad_norm_max=max(norms[i]), seconds=wall, cpu_seconds=cpu)  # fmt: skip
+            row = {c: numbers[c] for c in self.columns} | (metrics[i] if self.stacked else metrics)
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(train_loss)
+            elif scheduler is not None:
+                scheduler.step()
+            if self.stacked:
+                self.lrs[i] = lrs.param_groups[0]["lr"]
+            self.rows[i].append(row)
+            if monitor is not None and row[monitor] < self.best["value"]:
+                self.best = {"value": row[monitor], "step": self.steps, "epoch": epoch,
+                             "state": copy.deepcopy(self.model.state_dict())}  # fmt: skip
+            if stop_when is not None and stop_when(self.rows[i]):
+                self._stop(i, "early_stop", f"stop rule met at epoch {epoch}")
+            elif patience is not None and epoch - self.best["epoch"] >= patience:
+                self._stop(i, "early_stop", f"no better {monitor} in {patience} epochs")
+            elif over is not None:
+                self._stop(i, "time_budget", over)
+        return logged
