@@ -295,7 +295,7 @@ def measurement_table(summary: pd.DataFrame, which: str = "main", floors=None) -
         out.append(row)
     table = pd.DataFrame(out)
     if not image:  # a floor has a bpc and nothing else: blank, not NaN, in its other cells
-        table = pd.concat([table, floor_rows(floors)], ignore_index=True).fillna("")
+        table = pd.concat([table, floor_rows(floors)], ignore_index=True).astype(object).fillna("")
     return table
 
 
