@@ -7,6 +7,8 @@ nbmake starts, so ``make test`` never touches cached runs or committed figures.
 import os
 import tempfile
 
+import pytest
+
 _scratch = tempfile.mkdtemp(prefix="structattn-test-")
 os.environ.setdefault("STRUCTATTN_PROFILE", "smoke")
 os.environ.setdefault("STRUCTATTN_RUNS", os.path.join(_scratch, "runs"))
@@ -23,3 +25,13 @@ def pytest_configure(config):
     from structattn_lite.notebook_runner import defer_output_widget_echo
 
     defer_output_widget_echo()
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close the figures a test drew, so they do not pile up in the worker (matplotlib
+    warns past 20 open figures, and each holds its memory until closed)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
