@@ -72,12 +72,6 @@ def check_profile(profile: str) -> str:
     return check_choice("profile", profile, PROFILES)
 
 
-def pick(profile: str, table: dict[str, Any]) -> Any:
-    """The entry of a per-profile settings table, with a clear error for a bad name."""
-    check_profile(profile)
-    return table[profile]
-
-
 # --- paths -------------------------------------------------------------------------
 
 
