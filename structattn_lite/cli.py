@@ -25,8 +25,7 @@ import tempfile
 import time
 import warnings
 
-from structattn_lite import __version__
-from structattn_lite.config import GRIDS, PROFILES, STUDY_NAMES
+from structattn_lite import __version__, config
 
 # Only light modules above: the parser (and --help) must not import torch or a study;
 # each command imports what it needs when it runs.
@@ -59,7 +58,7 @@ def _check_flags(args) -> None:
     fields = _fields(get_study(args.study))
     for flag, names in FLAG_FIELDS.items():
         if getattr(args, flag, None) is not None and not fields & set(names):
-            takers = [n for n in STUDY_NAMES if _fields(get_study(n)) & set(names)]
+            takers = [n for n in config.STUDY_NAMES if _fields(get_study(n)) & set(names)]
             raise ValueError(
                 f"--{flag} is not taken by the {args.study} study; the studies that take "
                 f"it are: {', '.join(takers)}"
@@ -103,22 +102,15 @@ def _configs(args) -> list:
 
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
-    from structattn_lite.config import (
-        TRAINING_DEVICES,
-        check_choice,
-        check_int,
-        check_threads,
-        resolve_device,
-    )
     from structattn_lite.studies import get_study
 
     if getattr(args, "threads", None) is not None:  # checked first, as an integer >= 1 too
-        check_threads("--threads", args.threads)
+        config.check_threads("--threads", args.threads)
     for name in ("epochs", "length"):
         if getattr(args, name, None) is not None:
-            check_int(f"--{name}", getattr(args, name), minimum=1)
+            config.check_int(f"--{name}", getattr(args, name), minimum=1)
     if getattr(args, "device", None) is not None:
-        resolve_device(args.device, kinds=TRAINING_DEVICES)
+        config.resolve_device(args.device, kinds=config.TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:
         from structattn_lite.runs import connect_ray
 
@@ -130,16 +122,14 @@ def _check(args) -> None:
             warnings.simplefilter("ignore")
             resolve_dataset()  # STRUCTATTN_DATA naming a place without PTB: one line
     if args.command == "figures":
-        from structattn_lite.config import figures_dir
-
-        figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
+        config.figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
     if args.command == "run":
-        check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
+        config.check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
     elif args.command == "export":  # the grids an export writes: its COMMITTED_CSV table
         committed = getattr(get_study(args.study), "COMMITTED_CSV", None)
         if committed is not None:
-            check_choice("--grid", args.grid, list(committed))
+            config.check_choice("--grid", args.grid, list(committed))
 
 
 @contextlib.contextmanager
@@ -315,9 +305,8 @@ def _findings(args) -> int:
 
 def _figures(args) -> int:
     from structattn_lite import committed_figures
-    from structattn_lite.config import figures_dir
 
-    folder = figures_dir()
+    folder = config.figures_dir()
     written = committed_figures.write_all(folder)
     for path in committed_figures.stale(folder, written):  # only files it drew itself
         path.unlink()
@@ -371,17 +360,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="train (or reuse cached) runs of one study's grid")
-    run.add_argument("study", choices=STUDY_NAMES, help="the study (one per notebook 02-05)")
+    run.add_argument("study", choices=config.STUDY_NAMES, help="the study (one per notebook 02-05)")
     run.add_argument(
         "--profile",
-        choices=PROFILES,
+        choices=config.PROFILES,
         default="quick",
         help="smoke (seconds), quick (minutes, default) or paper (hours)",
     )
     run.add_argument(
         "--grid",
         default=None,
-        help=f"a grid by name instead of the profile's: {', '.join(GRIDS)}, or a study's "
+        help=f"a grid by name instead of the profile's: {', '.join(config.GRIDS)}, or a study's "
         "other committed grid (e.g. grokking: paper_era; length: authors); a committed "
         "grid's results ship in data/results",
     )
@@ -404,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     export = sub.add_parser("export", help="write a study's committed results to data/results")
-    export.add_argument("study", choices=STUDY_NAMES)
+    export.add_argument("study", choices=config.STUDY_NAMES)
     export.add_argument(
         "--grid",
         required=True,
@@ -432,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     figures.set_defaults(func=_figures)
 
     study = sub.add_parser("study", help="execute the notebooks into reports/ (as make study)")
-    study.add_argument("--profile", choices=PROFILES, default="quick")
+    study.add_argument("--profile", choices=config.PROFILES, default="quick")
     study.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 03")
     study.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (default cpu)")
     study.add_argument("--runs-dir", default=None, help=RUNS_HELP)
