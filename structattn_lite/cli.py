@@ -25,8 +25,7 @@ import tempfile
 import time
 import warnings
 
-from structattn_lite import __version__
-from structattn_lite.config import GRIDS, PROFILES, STUDY_NAMES
+from structattn_lite import __version__, config
 
 # Only light modules above: the parser (and --help) must not import torch or a study;
 # each command imports what it needs when it runs.
@@ -59,7 +58,7 @@ def _check_flags(args) -> None:
     fields = _fields(get_study(args.study))
     for flag, names in FLAG_FIELDS.items():
         if getattr(args, flag, None) is not None and not fields & set(names):
-            takers = [n for n in STUDY_NAMES if _fields(get_study(n)) & set(names)]
+            takers = [n for n in config.STUDY_NAMES if _fields(get_study(n)) & set(names)]
             raise ValueError(
                 f"--{flag} is not taken by the {args.study} study; the studies that take "
                 f"it are: {', '.join(takers)}"
@@ -91,35 +90,27 @@ def _configs(args) -> list:
         configs = _narrow(configs, "task", args.task, args.study, grid)
     if args.seed:
         configs = _narrow(configs, "seed", args.seed, args.study, grid)
-    overrides = {"epochs": args.epochs, "length": args.length, "train_length": args.length}
-    out = []
-    for c in configs:
-        names = {f.name for f in dataclasses.fields(c)}
-        changes = {k: v for k, v in overrides.items() if v is not None and k in names}
-        out.append(dataclasses.replace(c, **changes))
-    if not out:
+    overrides = {
+        field: getattr(args, flag) for flag in ("epochs", "length") for field in FLAG_FIELDS[flag]
+    }
+    fields = _fields(study)  # the grid's configs are all of the study's Config class
+    changes = {k: v for k, v in overrides.items() if v is not None and k in fields}
+    if not configs:
         raise ValueError(f"no run of study {args.study!r} matches those filters")
-    return out
+    return [dataclasses.replace(c, **changes) for c in configs]
 
 
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
-    from structattn_lite.config import (
-        TRAINING_DEVICES,
-        check_choice,
-        check_int,
-        check_threads,
-        resolve_device,
-    )
     from structattn_lite.studies import get_study
 
-    for name in ("threads", "epochs", "length"):
+    if getattr(args, "threads", None) is not None:  # checked first, as an integer >= 1 too
+        config.check_threads("--threads", args.threads)
+    for name in ("epochs", "length"):
         if getattr(args, name, None) is not None:
-            check_int(f"--{name}", getattr(args, name), minimum=1)
-    if getattr(args, "threads", None) is not None:
-        check_threads("--threads", args.threads)
+            config.check_int(f"--{name}", getattr(args, name), minimum=1)
     if getattr(args, "device", None) is not None:
-        resolve_device(args.device, kinds=TRAINING_DEVICES)
+        config.resolve_device(args.device, kinds=config.TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:
         from structattn_lite.runs import connect_ray
 
@@ -131,16 +122,14 @@ def _check(args) -> None:
             warnings.simplefilter("ignore")
             resolve_dataset()  # STRUCTATTN_DATA naming a place without PTB: one line
     if args.command == "figures":
-        from structattn_lite.config import figures_dir
-
-        figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
+        config.figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
     if args.command == "run":
-        check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
+        config.check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
     elif args.command == "export":  # the grids an export writes: its COMMITTED_CSV table
         committed = getattr(get_study(args.study), "COMMITTED_CSV", None)
         if committed is not None:
-            check_choice("--grid", args.grid, list(committed))
+            config.check_choice("--grid", args.grid, list(committed))
 
 
 @contextlib.contextmanager
@@ -149,18 +138,16 @@ def _unfinished_log():
     leave unfinished (``runs.UNFINISHED_ENV``); yields its path."""
     from structattn_lite.runs import UNFINISHED_ENV
 
-    fd, path = tempfile.mkstemp(prefix="structattn-unfinished-", suffix=".jsonl")
-    os.close(fd)
     old = os.environ.get(UNFINISHED_ENV)
-    os.environ[UNFINISHED_ENV] = path
-    try:
-        yield path
-    finally:
-        if old is None:
-            os.environ.pop(UNFINISHED_ENV, None)
-        else:
-            os.environ[UNFINISHED_ENV] = old
-        os.unlink(path)
+    with tempfile.TemporaryDirectory(prefix="structattn-") as folder:
+        os.environ[UNFINISHED_ENV] = path = os.path.join(folder, "unfinished.jsonl")
+        try:
+            yield path
+        finally:
+            if old is None:
+                os.environ.pop(UNFINISHED_ENV, None)
+            else:
+                os.environ[UNFINISHED_ENV] = old
 
 
 def _report_unfinished(path: str, records=()) -> int:
@@ -205,22 +192,21 @@ def _summary(records) -> str:
 WAIT_FOR_OTHERS_S = 30  # between looks at runs another process holds
 
 
+def _sweep_options(args) -> dict:
+    """The flags of ``_execution_options`` that ``runs.sweep`` takes as they are."""
+    return {
+        k: getattr(args, k) for k in ("only_cached", "threads", "executor", "address", "device")
+    }
+
+
 def _run(args) -> int:
     from structattn_lite.runs import held_elsewhere, sweep
 
     configs = args.configs  # built and checked by _check
+    options = _sweep_options(args)
     with _unfinished_log() as log:
         while True:
-            records = sweep(
-                args.study,
-                configs,
-                only_cached=args.only_cached,
-                threads=args.threads,
-                seed_batching=args.seed_batching,
-                executor=args.executor,
-                address=args.address,
-                device=args.device,
-            )
+            records = sweep(args.study, configs, seed_batching=args.seed_batching, **options)
             # A staged grid (attention: tune, then the finals; length: fit, then refit the
             # cells that did not) grows once its first stage is on disk: go on until it stops.
             grown = [] if args.only_cached else _configs(args)
@@ -244,15 +230,7 @@ def _export(args) -> int:
 
     study = get_study(args.study)
     with _unfinished_log() as log:
-        records = sweep(
-            study,
-            study.grid(args.grid),
-            only_cached=args.only_cached,
-            threads=args.threads,
-            executor=args.executor,
-            address=args.address,
-            device=args.device,
-        )
+        records = sweep(study, study.grid(args.grid), **_sweep_options(args))
         finished = [r for r in records if r.status != "failed"]
         if not finished:
             print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
@@ -327,9 +305,8 @@ def _findings(args) -> int:
 
 def _figures(args) -> int:
     from structattn_lite import committed_figures
-    from structattn_lite.config import figures_dir
 
-    folder = figures_dir()
+    folder = config.figures_dir()
     written = committed_figures.write_all(folder)
     for path in committed_figures.stale(folder, written):  # only files it drew itself
         path.unlink()
@@ -383,17 +360,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="train (or reuse cached) runs of one study's grid")
-    run.add_argument("study", choices=STUDY_NAMES, help="the study (one per notebook 02-05)")
+    run.add_argument("study", choices=config.STUDY_NAMES, help="the study (one per notebook 02-05)")
     run.add_argument(
         "--profile",
-        choices=PROFILES,
+        choices=config.PROFILES,
         default="quick",
         help="smoke (seconds), quick (minutes, default) or paper (hours)",
     )
     run.add_argument(
         "--grid",
         default=None,
-        help=f"a grid by name instead of the profile's: {', '.join(GRIDS)}, or a study's "
+        help=f"a grid by name instead of the profile's: {', '.join(config.GRIDS)}, or a study's "
         "other committed grid (e.g. grokking: paper_era; length: authors); a committed "
         "grid's results ship in data/results",
     )
@@ -416,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     export = sub.add_parser("export", help="write a study's committed results to data/results")
-    export.add_argument("study", choices=STUDY_NAMES)
+    export.add_argument("study", choices=config.STUDY_NAMES)
     export.add_argument(
         "--grid",
         required=True,
@@ -444,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     figures.set_defaults(func=_figures)
 
     study = sub.add_parser("study", help="execute the notebooks into reports/ (as make study)")
-    study.add_argument("--profile", choices=PROFILES, default="quick")
+    study.add_argument("--profile", choices=config.PROFILES, default="quick")
     study.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 03")
     study.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (default cpu)")
     study.add_argument("--runs-dir", default=None, help=RUNS_HELP)
@@ -460,17 +437,16 @@ def _check_path(param: str, path: str) -> str:
     system allows (PATH_MAX for the whole, NAME_MAX for a part)."""
     full = os.path.abspath(path)
     path_max, name_max = (os.pathconf("/", name) for name in ("PC_PATH_MAX", "PC_NAME_MAX"))
-    if len(os.fsencode(full)) >= path_max:
+    if (size := len(os.fsencode(full))) >= path_max:
         raise ValueError(
-            f"{param} is {len(os.fsencode(full))} bytes long, over this system's limit of "
-            f"{path_max - 1} (PATH_MAX); choose a shorter path"
+            f"{param} is {size} bytes long, over this system's limit of {path_max - 1} "
+            "(PATH_MAX); choose a shorter path"
         )
-    if longest := max((p for p in full.split(os.sep)), key=lambda p: len(os.fsencode(p))):
-        if len(os.fsencode(longest)) > name_max:
-            raise ValueError(
-                f"{param} has a folder name of {len(os.fsencode(longest))} bytes, over this "
-                f"system's limit of {name_max} (NAME_MAX); choose shorter names"
-            )
+    if (longest := max(len(os.fsencode(part)) for part in full.split(os.sep))) > name_max:
+        raise ValueError(
+            f"{param} has a folder name of {longest} bytes, over this system's limit of "
+            f"{name_max} (NAME_MAX); choose shorter names"
+        )
     return full
 
 

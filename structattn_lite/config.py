@@ -72,12 +72,6 @@ def check_profile(profile: str) -> str:
     return check_choice("profile", profile, PROFILES)
 
 
-def pick(profile: str, table: dict[str, Any]) -> Any:
-    """The entry of a per-profile settings table, with a clear error for a bad name."""
-    check_profile(profile)
-    return table[profile]
-
-
 # --- paths -------------------------------------------------------------------------
 
 
@@ -93,14 +87,12 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
         if not isinstance(root, (str, os.PathLike)):
             raise ValueError(f"root must be a folder path (str or os.PathLike), got {root!r}")
         return Path(root)
-    env = os.environ.get("STRUCTATTN_DATA")
-    return Path(env) if env else repo_root() / "data"
+    return Path(os.environ.get("STRUCTATTN_DATA") or repo_root() / "data")
 
 
 def runs_dir() -> Path:
     """Cached run records: ``STRUCTATTN_RUNS`` or ``data/runs`` (gitignored)."""
-    env = os.environ.get("STRUCTATTN_RUNS")
-    return Path(env) if env else repo_root() / "data" / "runs"
+    return Path(os.environ.get("STRUCTATTN_RUNS") or repo_root() / "data" / "runs")
 
 
 COMMITTED = "committed"  # the figure "profile" of a render of data/results
@@ -116,15 +108,14 @@ def figures_dir(profile: str = COMMITTED) -> Path:
     env = os.environ.get("STRUCTATTN_FIGURES")
     if env and os.path.exists(env) and not os.path.isdir(env):
         raise ValueError(f"STRUCTATTN_FIGURES={env!r} names a file; it must name a folder")
-    committed = Path(env) if env else repo_root() / "figures"
+    committed = Path(env or repo_root() / "figures")
     return committed if profile == COMMITTED else committed.parent / "reports" / profile
 
 
 def results_dir() -> Path:
     """Committed, compact results of the largest grids run: ``STRUCTATTN_RESULTS`` (a
     copy, for tests), else ``data/results``."""
-    env = os.environ.get("STRUCTATTN_RESULTS")
-    return Path(env) if env else repo_root() / "data" / "results"
+    return Path(os.environ.get("STRUCTATTN_RESULTS") or repo_root() / "data" / "results")
 
 
 # --- devices -----------------------------------------------------------------------

@@ -83,21 +83,6 @@ def caption(text: str):
     return HTML(f'<p class="structattn-caption" style="{style}">{html.escape(text)}</p>')
 
 
-def _app_class():
-    from tornado.web import RedirectHandler
-    from voila.app import Voila
-
-    class Dashboards(Voila):
-        def init_handlers(self):
-            handlers = super().init_handlers()
-            if self.notebook_path or not (Path(self.root_dir) / LANDING).exists():
-                return handlers
-            landing = self.server_url.rstrip("/") + f"/voila/render/{LANDING}"
-            return [(self.server_url, RedirectHandler, {"url": landing}), *handlers]
-
-    return Dashboards
-
-
 def voila_args(args: list[str]) -> list[str]:
     """Voila's arguments: ``args``, with a generated token and the culling of closed
     pages' kernels (``CULL``) unless ``args`` set them."""
@@ -111,12 +96,23 @@ def voila_args(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tornado.web import RedirectHandler
+    from voila.app import Voila
+
     from structattn_lite.notebook_runner import defer_output_widget_echo
+
+    class Dashboards(Voila):
+        def init_handlers(self):
+            handlers = super().init_handlers()
+            if self.notebook_path or not (Path(self.root_dir) / LANDING).exists():
+                return handlers
+            landing = self.server_url.rstrip("/") + f"/voila/render/{LANDING}"
+            return [(self.server_url, RedirectHandler, {"url": landing}), *handlers]
 
     args = voila_args(sys.argv[1:] if argv is None else argv)
     defer_output_widget_echo()
     sys.argv = ["voila", *args]
-    return _app_class().launch_instance() or 0
+    return Dashboards.launch_instance() or 0
 
 
 if __name__ == "__main__":

@@ -136,17 +136,20 @@ class StoreError(OSError):
 def set_aside(path: Path, aside: Path, why: str, stacklevel: int = 3) -> Path | None:
     """Move a corrupt file to ``aside`` (or ``aside.1``, ... never overwriting an older
     one) with a warning; None when another process moved it first."""
-    aside = _free_name(aside)
+    free, k = aside, 0
+    while free.exists():
+        k += 1
+        free = aside.with_name(f"{aside.name}.{k}")
     try:
-        os.replace(path, aside)
+        os.replace(path, free)
     except FileNotFoundError:
         return None  # a second sweep met the same file and set it aside first
     warnings.warn(
-        f"{path} {why}; moved to {aside.name} and recomputing",
+        f"{path} {why}; moved to {free.name} and recomputing",
         CorruptRecordWarning,
         stacklevel=stacklevel,
     )
-    return aside
+    return free
 
 
 def incomplete(record: RunRecord) -> str | None:
@@ -182,18 +185,15 @@ class RunStore:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else runs_dir()
 
-    def remove_stale_tmp(self, experiment: str, older_than: float = 3600.0) -> list[Path]:
+    def remove_stale_tmp(self, experiment: str, older_than: float = 3600.0) -> None:
         """Delete the temp files of saves interrupted over ``older_than`` seconds ago (a
-        save in progress keeps its file's time fresh); the paths removed."""
-        removed = []
+        save in progress keeps its file's time fresh)."""
         for tmp in (self.root / experiment).glob(".*.tmp"):
             try:
                 if time.time() - tmp.stat().st_mtime > older_than:
                     tmp.unlink()
-                    removed.append(tmp)
             except OSError:
                 pass  # removed by another sweep meanwhile, or not ours to remove
-        return removed
 
     def path(self, experiment: str, key: str) -> Path:
         return self.root / experiment / f"{key}.json"
@@ -226,18 +226,6 @@ class RunStore:
         path = self.path(record.experiment, record.key)
         return atomic_write(path, "run record", lambda fh: json.dump(record.to_json(), fh))
 
-    def records(self, experiment: str) -> list[RunRecord]:
-        """Every readable record of an experiment (for browsing widgets)."""
-        out = []
-        for path in sorted((self.root / experiment).glob("*.json")):
-            try:
-                out.append(RunRecord.from_json(json.loads(path.read_text())))
-            except (ValueError, KeyError, TypeError):
-                warnings.warn(
-                    f"skipping corrupt run record {path}", CorruptRecordWarning, stacklevel=2
-                )
-        return out
-
 
 def atomic_write(path: str | os.PathLike, what: str, write, binary: bool = False) -> Path:
     """``write(fh)`` to a temp file beside ``path``, then replace it: a crash mid-write
@@ -259,15 +247,6 @@ def atomic_write(path: str | os.PathLike, what: str, write, binary: bool = False
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     return path
-
-
-def _free_name(path: Path) -> Path:
-    """``path``, or ``path.1``, ``path.2``, ... whichever does not exist yet."""
-    candidate, k = path, 0
-    while candidate.exists():
-        k += 1
-        candidate = path.with_name(f"{path.name}.{k}")
-    return candidate
 
 
 def keep_committed_rows(

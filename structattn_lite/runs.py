@@ -227,16 +227,12 @@ def sweep(
 
     if not only_cached:
         store.remove_stale_tmp(experiment)
-    records: dict[int, RunRecord] = {}
-    for i, cfg in enumerate(configs):
-        found = load(cfg)
-        if found is not None:
-            records[i] = found
-    blocked = set(unfinished)
+    records = {i: found for i, cfg in enumerate(configs) if (found := load(cfg)) is not None}
+    # a run whose path cannot be read (now in ``unfinished``) is not trained either
     todo = [
         i
-        for i in range(len(configs))
-        if i not in records and config_hash(experiment, configs[i]) not in blocked
+        for i, cfg in enumerate(configs)
+        if i not in records and config_hash(experiment, cfg) not in unfinished
     ]
     sweep_id = uuid.uuid4().hex
     report_progress(experiment, sweep_id, len(records), len(configs))
@@ -373,29 +369,27 @@ CheckpointFor = Callable[[Any], "str | Path | None"]
 Claim = Callable[[Any], Any]  # item -> what of it to run now, or None to skip it
 
 
-def failed_record(experiment: str, config: Any, error: BaseException | str) -> RunRecord:
-    """The record of a run that raised: no history, the error as its reason."""
+def failed_records(experiment: str, item: Any, error: BaseException | str):
+    """The record of a run that raised (no history, the error as its reason); one per
+    config of an item that is a list of them."""
     if isinstance(error, BaseException):
         reason = f"{type(error).__name__}: {error}"
         detail = "".join(traceback.format_exception(error))
     else:
         reason = detail = str(error)
-    return RunRecord(
-        experiment=experiment,
-        key=config_hash(experiment, config),
-        config=config_dict(config),
-        history=pd.DataFrame(),
-        status="failed",
-        reason=reason,
-        extra={"traceback": detail[-4000:]},
-    )
-
-
-def failed_records(experiment: str, item: Any, error: BaseException | str):
-    """The failed record of a config, or one per config of a list of them."""
-    if isinstance(item, (list, tuple)):
-        return [failed_record(experiment, c, error) for c in item]
-    return failed_record(experiment, item, error)
+    records = [
+        RunRecord(
+            experiment=experiment,
+            key=config_hash(experiment, config),
+            config=config_dict(config),
+            history=pd.DataFrame(),
+            status="failed",
+            reason=reason,
+            extra={"traceback": detail[-4000:]},
+        )
+        for config in (item if isinstance(item, (list, tuple)) else [item])
+    ]
+    return records if isinstance(item, (list, tuple)) else records[0]
 
 
 def run_guarded(
@@ -414,11 +408,9 @@ def run_guarded(
         plan = checkpoint_plan(path, checkpoint_every, stacked=stacked)
         with few_threads(threads):
             return run_one(item, checkpoint=plan)
-    except StoreError as err:
-        if err.store_wide:
-            raise
-        return failed_records(experiment, item, err)
     except Exception as err:  # noqa: BLE001 - any failure of one run is recorded, not raised
+        if isinstance(err, StoreError) and err.store_wide:
+            raise
         return failed_records(experiment, item, err)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -380,6 +381,26 @@ def test_run_exits_nonzero_naming_a_failed_run(runs, monkeypatch, capsys):
     assert config_hash(EXPERIMENT, failing) in err and "boom" in err
     monkeypatch.setattr(run_driver, "train", trained_by(fake_run))
     assert cli.main(SMOKE) == 0  # rerun: the failed run trains again and all is well
+
+
+def test_run_keeps_its_unfinished_log_to_itself(runs, monkeypatch, tmp_path_factory):
+    """The log of runs left unfinished is the command's own: gone when it ends, and an outer
+    ``STRUCTATTN_UNFINISHED`` (a notebook kernel's, say) is back in place."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the command keeps its log
+    monkeypatch.setenv(run_driver.UNFINISHED_ENV, str(scratch / "outer.jsonl"))
+    failing = smoke_configs()[0]
+
+    def fail_one(cfg, **kwargs):
+        if cfg == failing:
+            raise RuntimeError("boom")
+        return fake_run(cfg, **kwargs)
+
+    monkeypatch.setattr(run_driver, "train", trained_by(fail_one))
+    with pytest.warns(UserWarning, match="boom"):
+        assert cli.main(SMOKE) == 1  # the failed run was read back from the log
+    assert os.environ[run_driver.UNFINISHED_ENV] == str(scratch / "outer.jsonl")
+    assert not list(scratch.iterdir())  # no log left behind, nothing written to the outer one
 
 
 def test_run_exits_nonzero_naming_a_run_held_by_another_process(runs, capsys):

@@ -13,7 +13,7 @@ from toy_study import Toy, ToyStudy
 
 from structattn_lite import __version__
 from structattn_lite.cli import main
-from structattn_lite.config import pick
+from structattn_lite.config import check_profile
 from structattn_lite.records import CorruptRecordWarning, RunStore, config_hash
 from structattn_lite.runs import sweep
 from structattn_lite.studies.grokking import experiment as grokking
@@ -81,7 +81,7 @@ def test_bad_grid_and_executor_are_rejected_before_anything_is_written(tmp_path)
     ):
         grokking.grid("fast")
     with pytest.raises(ValueError, match=r"profile='fast'"):
-        pick("fast", {})
+        check_profile("fast")
     with pytest.raises(ValueError, match=r"executor='dask'.*'local', 'ray'"):
         sweep(ToyStudy(), [Toy(lr=0.5)], store=store, executor="dask")
     with pytest.raises(ValueError, match=r"study='csp'.*'grokking'"):
