@@ -113,9 +113,8 @@ def train_seeds(
     A model with a stacked form trains as one stack on the ``Trainer``, each seed as
     ``run_alone`` would train it; that is its only training path, one seed included. A
     model without one (the baselines) trains as a plain model one seed at a time
-    (``run_alone``), and seeds
-    whose tensors differ in shape train as stacks of one; either way only a lone config
-    takes the checkpoint (one file holds one unit).
+    (``run_alone``), and seeds whose tensors differ in shape train as stacks of one;
+    either way only a lone config takes the checkpoint (one file holds one unit).
     """
     configs = list(configs)
     if len({without_seed(c) for c in configs}) > 1:
@@ -161,22 +160,11 @@ def _train(
     }
     loss = (per_seed_loss if stacked else get_loss)(cfg0.loss)
 
-    if not stacked and last_only:
-
-        def loss_fn(m, x, y):
-            return loss(m(x[0])[:, -1], y[0][:, -1])
-    elif not stacked:
-
-        def loss_fn(m, x, y):
-            return loss(m(x[0]), y[0])
-    elif last_only:
-
-        def loss_fn(m, x, y):
-            return loss(m(x, last=True), y[:, :, -1])
-    else:
-
-        def loss_fn(m, x, y):
-            return loss(m(x), y)
+    def loss_fn(m, x, y):  # a plain model takes its one seed's batch, without the seed axis
+        if stacked:
+            return loss(m(x, last=True), y[:, :, -1]) if last_only else loss(m(x), y)
+        logits, y = m(x[0]), y[0]
+        return loss(logits[:, -1], y[:, -1]) if last_only else loss(logits, y)
 
     def seeds(generators):  # a plain model's one generator as a stack's
         return generators if stacked else [generators]

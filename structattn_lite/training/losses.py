@@ -17,6 +17,7 @@ differs from ``"ce"`` only when labels are ignored (padded Dyck-1 strings).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -124,8 +125,7 @@ def check_binary(n_classes: int, alpha: float = 0.25) -> None:
         raise ValueError(f"alpha must lie in [0, 1] with alpha_mode='class', got {alpha}")
 
 
-def focal_constant(logits: torch.Tensor, target: torch.Tensor, **options) -> torch.Tensor:
-    return focal_loss(logits, target, alpha_mode="constant", **options)
+focal_constant = partial(focal_loss, alpha_mode="constant")  # the authors' focal loss
 
 
 def cross_entropy(
@@ -135,10 +135,6 @@ def cross_entropy(
     flat_logits, flat_target = _flat(logits, target)
     ce = ce_terms(flat_logits, flat_target)
     return _average(ce, flat_target != IGNORE_INDEX, average)
-
-
-def cross_entropy_all_positions(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return cross_entropy(logits, target, average="all_positions")
 
 
 # name -> (per-position terms, how they are averaged): what ``get_loss(name)`` computes,
@@ -157,7 +153,7 @@ def get_loss(name: str):
         "focal": focal_loss,
         "focal_constant": focal_constant,
         "ce": cross_entropy,
-        "ce_all_positions": cross_entropy_all_positions,
+        "ce_all_positions": partial(cross_entropy, average="all_positions"),
     }[name]
 
 
