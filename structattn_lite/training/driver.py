@@ -75,10 +75,6 @@ class Setup:
 Record = Callable[..., RunRecord]
 
 
-def _present(x: torch.Tensor | None) -> bool:
-    return x is not None and x.shape[1] > 0  # [S, N, ...]: any rows
-
-
 def run_alone(
     setup: Setup,
     record: Record,
@@ -200,7 +196,8 @@ def _train(
         preds = {}
         for name in first.evals:
             x, y = t.get(f"x_{name}"), t.get(f"y_{name}")
-            preds[name] = predict_seeds(m, x, y) if _present(x) else (None, None)
+            present = x is not None and x.shape[1] > 0  # [S, N, ...]: any rows
+            preds[name] = predict_seeds(m, x, y) if present else (None, None)
         scores = [
             s.score({k: (p[i], y[i]) if p is not None else (p, y) for k, (p, y) in preds.items()})
             for i, s in enumerate(setups)

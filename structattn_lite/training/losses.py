@@ -39,11 +39,6 @@ def _flat(logits: torch.Tensor, target: torch.Tensor):
     return logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
 
 
-def _average(per_position: torch.Tensor, labelled: torch.Tensor, average: str) -> torch.Tensor:
-    check_choice("average", average, AVERAGES)
-    return reduce(per_position, labelled, average)
-
-
 def reduce(
     per_position: torch.Tensor, labelled: torch.Tensor, average: str, dim: int | None = None
 ) -> torch.Tensor:
@@ -51,6 +46,7 @@ def reduce(
     labelled: a zero that keeps the graph) or over all of them ("all_positions"), over
     everything or along ``dim`` (one mean per seed of a stacked run). It reads nothing
     back to the host."""
+    check_choice("average", average, AVERAGES)
     if average == "all_positions":
         return per_position.mean() if dim is None else per_position.mean(dim)
     labelled = labelled.to(per_position.dtype)
@@ -107,10 +103,10 @@ def focal_loss(
     labelled = flat_target != IGNORE_INDEX
     if alpha_mode == "constant":
         per_position = focal_constant_terms(flat_logits, flat_target, gamma, alpha)
-        return _average(per_position, labelled, average)
+        return reduce(per_position, labelled, average)
     check_binary(flat_logits.shape[-1], alpha)
     per_position = focal_class_terms(flat_logits, flat_target, gamma, alpha)
-    return _average(per_position * labelled, labelled, average)
+    return reduce(per_position * labelled, labelled, average)
 
 
 def check_binary(n_classes: int, alpha: float = 0.25) -> None:
@@ -134,7 +130,7 @@ def cross_entropy(
     """Mean cross-entropy over labelled positions (``average="all_positions"``: the authors')."""
     flat_logits, flat_target = _flat(logits, target)
     ce = ce_terms(flat_logits, flat_target)
-    return _average(ce, flat_target != IGNORE_INDEX, average)
+    return reduce(ce, flat_target != IGNORE_INDEX, average)
 
 
 # name -> (per-position terms, how they are averaged): what ``get_loss(name)`` computes,
