@@ -75,10 +75,6 @@ class Setup:
 Record = Callable[..., RunRecord]
 
 
-def _present(x: torch.Tensor | None) -> bool:
-    return x is not None and x.shape[1] > 0  # [S, N, ...]: any rows
-
-
 def run_alone(
     setup: Setup,
     record: Record,
@@ -113,9 +109,8 @@ def train_seeds(
     A model with a stacked form trains as one stack on the ``Trainer``, each seed as
     ``run_alone`` would train it; that is its only training path, one seed included. A
     model without one (the baselines) trains as a plain model one seed at a time
-    (``run_alone``), and seeds
-    whose tensors differ in shape train as stacks of one; either way only a lone config
-    takes the checkpoint (one file holds one unit).
+    (``run_alone``), and seeds whose tensors differ in shape train as stacks of one;
+    either way only a lone config takes the checkpoint (one file holds one unit).
     """
     configs = list(configs)
     if len({without_seed(c) for c in configs}) > 1:
@@ -161,22 +156,11 @@ def _train(
     }
     loss = (per_seed_loss if stacked else get_loss)(cfg0.loss)
 
-    if not stacked and last_only:
-
-        def loss_fn(m, x, y):
-            return loss(m(x[0])[:, -1], y[0][:, -1])
-    elif not stacked:
-
-        def loss_fn(m, x, y):
-            return loss(m(x[0]), y[0])
-    elif last_only:
-
-        def loss_fn(m, x, y):
-            return loss(m(x, last=True), y[:, :, -1])
-    else:
-
-        def loss_fn(m, x, y):
-            return loss(m(x), y)
+    def loss_fn(m, x, y):  # a plain model takes its one seed's batch, without the seed axis
+        if stacked:
+            return loss(m(x, last=True), y[:, :, -1]) if last_only else loss(m(x), y)
+        logits, y = m(x[0]), y[0]
+        return loss(logits[:, -1], y[:, -1]) if last_only else loss(logits, y)
 
     def seeds(generators):  # a plain model's one generator as a stack's
         return generators if stacked else [generators]
@@ -212,7 +196,8 @@ def _train(
         preds = {}
         for name in first.evals:
             x, y = t.get(f"x_{name}"), t.get(f"y_{name}")
-            preds[name] = predict_seeds(m, x, y) if _present(x) else (None, None)
+            present = x is not None and x.shape[1] > 0  # [S, N, ...]: any rows
+            preds[name] = predict_seeds(m, x, y) if present else (None, None)
         scores = [
             s.score({k: (p[i], y[i]) if p is not None else (p, y) for k, (p, y) in preds.items()})
             for i, s in enumerate(setups)

@@ -17,6 +17,7 @@ differs from ``"ce"`` only when labels are ignored (padded Dyck-1 strings).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -38,11 +39,6 @@ def _flat(logits: torch.Tensor, target: torch.Tensor):
     return logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
 
 
-def _average(per_position: torch.Tensor, labelled: torch.Tensor, average: str) -> torch.Tensor:
-    check_choice("average", average, AVERAGES)
-    return reduce(per_position, labelled, average)
-
-
 def reduce(
     per_position: torch.Tensor, labelled: torch.Tensor, average: str, dim: int | None = None
 ) -> torch.Tensor:
@@ -50,6 +46,7 @@ def reduce(
     labelled: a zero that keeps the graph) or over all of them ("all_positions"), over
     everything or along ``dim`` (one mean per seed of a stacked run). It reads nothing
     back to the host."""
+    check_choice("average", average, AVERAGES)
     if average == "all_positions":
         return per_position.mean() if dim is None else per_position.mean(dim)
     labelled = labelled.to(per_position.dtype)
@@ -106,10 +103,10 @@ def focal_loss(
     labelled = flat_target != IGNORE_INDEX
     if alpha_mode == "constant":
         per_position = focal_constant_terms(flat_logits, flat_target, gamma, alpha)
-        return _average(per_position, labelled, average)
+        return reduce(per_position, labelled, average)
     check_binary(flat_logits.shape[-1], alpha)
     per_position = focal_class_terms(flat_logits, flat_target, gamma, alpha)
-    return _average(per_position * labelled, labelled, average)
+    return reduce(per_position * labelled, labelled, average)
 
 
 def check_binary(n_classes: int, alpha: float = 0.25) -> None:
@@ -124,8 +121,7 @@ def check_binary(n_classes: int, alpha: float = 0.25) -> None:
         raise ValueError(f"alpha must lie in [0, 1] with alpha_mode='class', got {alpha}")
 
 
-def focal_constant(logits: torch.Tensor, target: torch.Tensor, **options) -> torch.Tensor:
-    return focal_loss(logits, target, alpha_mode="constant", **options)
+focal_constant = partial(focal_loss, alpha_mode="constant")  # the authors' focal loss
 
 
 def cross_entropy(
@@ -134,11 +130,7 @@ def cross_entropy(
     """Mean cross-entropy over labelled positions (``average="all_positions"``: the authors')."""
     flat_logits, flat_target = _flat(logits, target)
     ce = ce_terms(flat_logits, flat_target)
-    return _average(ce, flat_target != IGNORE_INDEX, average)
-
-
-def cross_entropy_all_positions(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return cross_entropy(logits, target, average="all_positions")
+    return reduce(ce, flat_target != IGNORE_INDEX, average)
 
 
 # name -> (per-position terms, how they are averaged): what ``get_loss(name)`` computes,
@@ -157,7 +149,7 @@ def get_loss(name: str):
         "focal": focal_loss,
         "focal_constant": focal_constant,
         "ce": cross_entropy,
-        "ce_all_positions": cross_entropy_all_positions,
+        "ce_all_positions": partial(cross_entropy, average="all_positions"),
     }[name]
 
 

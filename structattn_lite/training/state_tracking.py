@@ -15,7 +15,7 @@ import torch
 
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.data.splits import StateTrackingData, check_size, make_dataset
-from structattn_lite.data.tasks import LABELS, TASKS, make_task
+from structattn_lite.data.tasks import LABELS, PAPER_N, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
 from structattn_lite.training.driver import Setup, ValidationStop
@@ -60,8 +60,7 @@ class CSPRun:
         check_choice("model", self.model, MODELS)
         check_choice("labels", self.labels, LABELS)
         check_choice("loss", self.loss, LOSSES)
-        for name in ("seed",):
-            check_int(name, getattr(self, name), minimum=0)
+        check_int("seed", self.seed, minimum=0)
         for name in ("length", "n", "epochs", "batch_size"):
             check_int(name, getattr(self, name), minimum=1)
         check_number("val_fraction", self.val_fraction, minimum=0)  # NaN would mean none
@@ -82,8 +81,6 @@ def paper_setting_run(task: str, preset: str, seed: int, n: int | None = None, *
     """A run in the paper's setting: its string counts (5,000 / 5,000 / 10,000 unless ``n``),
     an i.i.d. split, and one label per string for the text's model ("paper") but one per
     prefix for the code's readings. The grokking and ablation grids share these runs."""
-    from structattn_lite.data.tasks import PAPER_N
-
     labels = "sequence" if preset == "paper" else "prefix"
     return CSPRun(task=task, preset=preset, seed=seed, n=n or PAPER_N[task], leaky=True,
                   labels=labels, **changes)  # fmt: skip

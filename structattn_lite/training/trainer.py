@@ -288,8 +288,7 @@ class Trainer:
         if bool(update.any()):
             step_seeds(self.optimizer, self.lrs, update)
             self.steps += 1
-        loss_values, norm_values = stats.tolist()
-        return loss_values, norm_values
+        return stats.tolist()  # [losses, norms]
 
     def autocast(self):
         if self.precision == "float32":

@@ -105,10 +105,6 @@ GRIDS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def grid_spec(grid: str) -> dict[str, Any]:
-    return GRIDS[check_choice("grid", grid, GRIDS)]
-
-
 def cell_config(
     spec, task, preset, seed, *, variant="+norm", rotation="with", loss="focal", leaky=True
 ):
@@ -162,7 +158,7 @@ def cells(spec: dict[str, Any]) -> list[dict[str, str]]:
 
 def grid(name: str) -> list[CSPRun]:
     """Every run of a grid, seed-major, so a partial sweep already covers every cell."""
-    spec = grid_spec(name)
+    spec = GRIDS[check_choice("grid", name, GRIDS)]
     if spec.get("setting") == "paper_text":  # Table 4's rows in Table 3's paper setting
         return [
             paper_setting_run(task, preset, seed, epochs=spec["epochs"], hold_perfect=spec["hold"],

@@ -106,27 +106,14 @@ def grid(name: str) -> list[CSPRun]:
     """The runs behind the grokking figures and tables for a grid name (a profile, or a
     committed grid: "paper_era", "gap")."""
     spec = GRIDS[config.check_choice("grid", name, GRIDS)]
-    runs = []
-    for task in spec["tasks"]:
-        for preset in spec["presets"]:
-            for seed in spec["seeds"]:
-                if "protocol" in spec:
-                    runs.append(
-                        protocol_run(
-                            spec["protocol"],
-                            task,
-                            preset=preset,
-                            seed=seed,
-                            epochs=spec["epochs"],
-                            hold_perfect=spec.get("hold_perfect"),
-                        )
-                    )
-                    continue
-                runs.append(
-                    paper_setting_run(task, preset, seed, n=spec["n"], epochs=spec["epochs"],
-                                      hold_perfect=spec.get("hold_perfect"))
-                )  # fmt: skip
-    return runs
+    fields = dict(epochs=spec["epochs"], hold_perfect=spec.get("hold_perfect"))
+
+    def run(task: str, preset: str, seed: int) -> CSPRun:
+        if "protocol" in spec:
+            return protocol_run(spec["protocol"], task, preset=preset, seed=seed, **fields)
+        return paper_setting_run(task, preset, seed, n=spec["n"], **fields)
+
+    return [run(t, p, s) for t in spec["tasks"] for p in spec["presets"] for s in spec["seeds"]]
 
 
 # Paper section 4.2.1: epochs from 90% to 100% test accuracy, mean and sd over 10 seeds.
