@@ -337,7 +337,8 @@ def test_run_waits_for_the_runs_another_process_holds_before_it_stops(runs, monk
         lock.release()
 
     monkeypatch.setattr(cli.time, "sleep", other_process_finishes)
-    assert cli.main([*SMOKE, "--wait"]) == 0  # its run came in while this command waited
+    with pytest.warns(UserWarning, match="already being trained by process"):  # said, not silent
+        assert cli.main([*SMOKE, "--wait"]) == 0  # its run came in while this command waited
     assert naps == [cli.WAIT_FOR_OTHERS_S]
     assert held_elsewhere(grokking, configs, store) == []
 
