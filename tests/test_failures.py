@@ -367,15 +367,20 @@ def test_bad_arguments_give_one_line_before_anything_trains(runs, capsys, args):
     assert not list(runs.iterdir())  # nothing trained, nothing written
 
 
-def test_run_exits_nonzero_naming_a_failed_run(runs, monkeypatch, capsys):
-    failing = smoke_configs()[0]
+def failing_on(failing):
+    """A stand-in for training that raises "boom" on ``failing`` and fakes every other run."""
 
     def fail_one(cfg, **kwargs):
         if cfg == failing:
             raise RuntimeError("boom")
         return fake_run(cfg, **kwargs)
 
-    monkeypatch.setattr(run_driver, "train", trained_by(fail_one))
+    return fail_one
+
+
+def test_run_exits_nonzero_naming_a_failed_run(runs, monkeypatch, capsys):
+    failing = smoke_configs()[0]
+    monkeypatch.setattr(run_driver, "train", trained_by(failing_on(failing)))
     with pytest.warns(UserWarning, match="boom"):
         assert cli.main(SMOKE) == 1
     err = capsys.readouterr().err
@@ -391,13 +396,7 @@ def test_run_keeps_its_unfinished_log_to_itself(runs, monkeypatch, tmp_path_fact
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the command keeps its log
     monkeypatch.setenv(run_driver.UNFINISHED_ENV, str(scratch / "outer.jsonl"))
     failing = smoke_configs()[0]
-
-    def fail_one(cfg, **kwargs):
-        if cfg == failing:
-            raise RuntimeError("boom")
-        return fake_run(cfg, **kwargs)
-
-    monkeypatch.setattr(run_driver, "train", trained_by(fail_one))
+    monkeypatch.setattr(run_driver, "train", trained_by(failing_on(failing)))
     with pytest.warns(UserWarning, match="boom"):
         assert cli.main(SMOKE) == 1  # the failed run was read back from the log
     assert os.environ[run_driver.UNFINISHED_ENV] == str(scratch / "outer.jsonl")
@@ -427,13 +426,7 @@ def test_export_exits_nonzero_when_a_run_failed(runs, monkeypatch, capsys, tmp_p
     monkeypatch.setattr(grokking, "grid", lambda name: configs)
     written = tmp_path_factory.mktemp("results") / "out.csv"
     monkeypatch.setattr(grokking, "export", lambda records, grid="committed": [written])
-
-    def fail_one(cfg, **kwargs):
-        if cfg == configs[0]:
-            raise RuntimeError("boom")
-        return fake_run(cfg, **kwargs)
-
-    monkeypatch.setattr(run_driver, "train", trained_by(fail_one))
+    monkeypatch.setattr(run_driver, "train", trained_by(failing_on(configs[0])))
     grid = list(grokking.COMMITTED_CSV)[0]
     with pytest.warns(UserWarning, match="boom"):
         assert cli.main(["export", "grokking", "--grid", grid]) == 1
