@@ -377,6 +377,7 @@ def failed_records(experiment: str, item: Any, error: BaseException | str):
         detail = "".join(traceback.format_exception(error))
     else:
         reason = detail = str(error)
+    many = isinstance(item, (list, tuple))
     records = [
         RunRecord(
             experiment=experiment,
@@ -387,9 +388,9 @@ def failed_records(experiment: str, item: Any, error: BaseException | str):
             reason=reason,
             extra={"traceback": detail[-4000:]},
         )
-        for config in (item if isinstance(item, (list, tuple)) else [item])
+        for config in (item if many else [item])
     ]
-    return records if isinstance(item, (list, tuple)) else records[0]
+    return records if many else records[0]
 
 
 def run_guarded(
