@@ -97,6 +97,18 @@ GRIDS: dict[str, dict[str, Any]] = {
         "model": _LM, "recipe": {"max_steps": 8000, "warmup_steps": 200, "eval_every": 500},
         "evals": (256, 2000), "prune_finetune_steps": 50,
     },
+    # fresh: fresh seeds (never trained for these rows) for the rows of the committed grid
+    # that seeds decide, under the rules committed before them (claims/rules.csv): dense and
+    # matroidal m=2d (shared q/k) on the full text and on 1% of it, seeds 5-16, each at the
+    # rate the committed grid chose on validation; otherwise the committed grid's runs.
+    "fresh": {
+        "seeds": tuple(range(5, 17)), "rates_from": "committed",
+        "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]), "low_data": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
+        "fractions": (0.01,), "bf16": (), "digits": (),
+        "model": _LM,
+        "recipe": {"max_steps": 1000, "warmup_steps": 60, "eval_every": 200},
+        "evals": (256, 2000), "prune_finetune_steps": 50,
+    },
     # lowparam: the card's low-parameter arm (issue 26) at d_model 32 and 64 on the full
     # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
@@ -138,6 +150,7 @@ COMMITTED_CSV = {
     "committed": ("attention_runs.csv", "attention_histories.csv.gz"),
     "long": ("attention_long_runs.csv", "attention_long_histories.csv.gz"),
     "lowparam": ("attention_lowparam_runs.csv", "attention_lowparam_histories.csv.gz"),
+    "fresh": ("attention_fresh_runs.csv", "attention_fresh_histories.csv.gz"),
 }
 # The committed grids are final. Of their earlier learning-rate sweeps, data/results keeps
 # what a committed figure draws: the committed grid's first-sweep runs (every final at
@@ -194,7 +207,7 @@ def variant_configs(name: str, config_cls, dataset: str, cifar: bool = False) ->
     def low_data(fraction, seed):
         return [_variant(config_cls, spec, dataset, *v, seed, size, data_fraction=fraction,
                          recipe={"patience": patience}, prune_fractions=())
-                for v in CORE_VARIANTS]  # fmt: skip
+                for v in spec.get("low_data", CORE_VARIANTS)]  # fmt: skip
 
     fractions = sorted(spec["fractions"])
     for seed in seeds:

@@ -259,6 +259,12 @@ def length_record(setup: Setup, result, seconds: float, trained_model, **extra) 
     )
 
 
+def _seeds(spec: dict, task: str) -> tuple[int, ...]:
+    """A grid's seeds for ``task``: one tuple for every task, or one per task."""
+    seeds = spec["seeds"]
+    return seeds[task] if isinstance(seeds, dict) else seeds
+
+
 def _first_pass(spec: dict) -> list[LengthRun]:
     models = spec["models"]
     # A grid with ``lrs`` trains every run once per rate, at a constant rate.
@@ -279,8 +285,9 @@ def _first_pass(spec: dict) -> list[LengthRun]:
             **spec.get("run", {}),
             **rate,
         )
-        for seed in spec["seeds"]
+        for seed in sorted({s for t in spec["tasks"] for s in _seeds(spec, t)})
         for task in spec["tasks"]
+        if seed in _seeds(spec, task)
         for protocol in spec["protocols"]
         for model in (models[task] if isinstance(models, dict) else models)
         for rate in rates or [{}]

@@ -79,6 +79,7 @@ COMMITTED_CSV = {
     "authors": "length_authors.csv.gz",
     "authors_short": "length_authors_short.csv.gz",
     "grazzi": "length_grazzi.csv.gz",
+    "authors_fresh": "length_authors_fresh.csv.gz",
 }
 # The grazzi grid keeps the lengths its rows read (training, validation, test) and its
 # runs' final validation accuracy, which chooses each model's rate (``chosen_rates``).
