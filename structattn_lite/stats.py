@@ -2,14 +2,19 @@
 
 Every verdict in the study is one of three words, each with a short reason:
 
-- **reproduced**: the 95% interval of ours lies inside the published number's margin;
-- **not reproduced**: the interval lies wholly outside that margin (or the runs cannot
-  produce the number at all: most seeds diverged, or too few reached a threshold);
-- **undecided**: anything else (the interval straddles the margin's edge, too few seeds,
-  no published number, no run at the claim's protocol).
+- **reproduced**: the 95% interval of ours lies wholly on the claimed side (inside the
+  published number's margin, for an equivalence);
+- **not reproduced**: otherwise, when the interval excludes an effect of the smallest
+  size of interest (delta) in the claimed direction (or lies wholly outside the margin; or
+  the runs cannot produce the number at all: most seeds diverged, or too few reached a
+  threshold);
+- **undecided**: anything else (too few seeds, no published number, no run).
 
-The rules and their margins are fixed here, before any run is read, and printed next to
-the claims table (``RULES``). A rule never looks at which way the result goes.
+Which test decides a row, its delta and why, and whether the row is confirmatory or
+exploratory are written in one table, ``claims/rules.csv``, committed before the runs that
+decide it; the tests themselves are here (``RULES`` says each in words). A rule never
+looks at which way the result goes.
+
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ ACCURACY_MARGIN = 0.02  # accuracy or F1: the paper prints two digits; 0.02 is i
 LENGTH_MARGIN = 0.05  # accuracy far past the training length, where papers report rough levels
 BPC_MARGIN = 0.02  # bits per character: "equal" loss within 0.02 bpc (about 1% at 2 bpc)
 UNIT = (0.0, 1.0)  # where accuracy and F1 live: the interval of their mean stays inside it
+EPOCHS = (0.0, math.inf)  # a count of epochs is never negative
 
 RULES = {
     "equivalence": (
@@ -44,29 +50,47 @@ RULES = {
         "character and epochs have no such bound and are not clipped."
     ),
     "gap": (
-        f"epochs from the first 90% to the first 100% (and 99%) test accuracy, per seed; a seed "
-        "that never reaches the threshold is censored at its last epoch (Kaplan-Meier median). "
-        f"Reproduced when every seed reached it and the {LEVEL:.0%} Welch interval of ours "
-        "minus the paper's lies inside ± the paper's sd; not reproduced when it lies wholly "
-        "outside, or when fewer than half the seeds reached the threshold; undecided "
-        "otherwise, or when fewer than "
-        f"{MIN_SEEDS} seeds sit at chance before the jump (no grokking phase to measure)."
+        "epochs from the first 90% to the first 100% (and 99%) test accuracy, per seed; a "
+        "seed that never reaches the threshold is censored at its last epoch (Kaplan-Meier "
+        f"median). Reproduced when every seed reached it and the {LEVEL:.0%} t interval of "
+        "our mean gap (never below 0 epochs) lies inside the paper's mean ± its sd; not "
+        "reproduced when it lies wholly outside, or when fewer than half the seeds reached "
+        f"the threshold; undecided otherwise, or when fewer than {MIN_SEEDS} seeds sit at "
+        "chance before the jump (no grokking phase to measure)."
     ),
     "majority": (
         f"the share of seeds with the property, with its {LEVEL:.0%} Clopper-Pearson "
         "interval: reproduced when the interval lies above 1/2, not reproduced when below, "
-        "undecided otherwise."
+        "undecided otherwise. An event tied to the jump counts only seeds that sat at "
+        f"chance before it; with fewer than {MIN_SEEDS} such seeds the row is undecided."
     ),
-    "difference": (
+    "noninferiority": (
+        f"for a published number at the top of its range (1.00) or a claim 'not worse': "
+        f"reproduced when the {LEVEL:.0%} t interval lies wholly above the published number "
+        "(or 0) minus delta, not reproduced when wholly below it, undecided otherwise; "
+        "where every seed scores the same, the reason says what the seeds bound: the "
+        "Clopper-Pearson interval of a seed's chance to fall below the edge."
+    ),
+    "superiority": (
         f"the {LEVEL:.0%} Welch t interval of the difference of means: reproduced when it "
-        "lies on the claimed side of 0 (or inside ± the margin, for an 'equal or better' "
-        "claim), not reproduced when it lies wholly on the other side, undecided otherwise."
+        "lies wholly on the claimed side of 0, not reproduced when it excludes an effect of "
+        "delta or more in the claimed direction, undecided otherwise."
+    ),
+    "log_ratio": (
+        "a variance compared as the log ratio of variances (Welch on per-seed logs), so that "
+        "models with different parameter counts are on one scale; decided as superiority "
+        "with delta on that scale."
+    ),
+    "paired": (
+        "seeds measured twice (pruned and unpruned, the same seed): the t interval of the "
+        "per-seed differences, decided as noninferiority."
     ),
     "interaction": (
         f"(a - b in the first setting) - (a - b in the second), its {LEVEL:.0%} "
         "Welch-Satterthwaite t interval: reproduced when it lies below 0 (a's edge is larger "
-        "in the first setting), not reproduced when above 0, undecided otherwise or with "
-        f"fewer than {MIN_SEEDS} seeds in a cell."
+        "in the first setting), not reproduced when it excludes an effect of delta or more "
+        f"(lies above -delta), undecided otherwise or with fewer than {MIN_SEEDS} seeds in a "
+        "cell."
     ),
     "tuning": (
         "a comparison between trained variants decides only when each variant's learning "
@@ -149,21 +173,20 @@ def interaction(a1, b1, a2, b2, level: float = LEVEL) -> tuple[float, float, flo
 
 
 def interaction_difference(
-    a1, b1, a2, b2, *, where: str
+    a1, b1, a2, b2, *, where: str, delta: float
 ) -> tuple[tuple[float, float, float], str, str]:
     """((diff, low, high), verdict, reason) for "a's edge over b is larger ``where`` (the
-    first setting) than in the second": ``interaction`` below 0."""
+    first setting) than in the second": ``interaction`` below 0, decided by ``decide``
+    with the smallest effect of interest ``delta``."""
+    check_delta(delta)
     n = min(len(finite_values(x)) for x in (a1, b1, a2, b2))
     if n < MIN_SEEDS:
         nan = (math.nan, math.nan, math.nan)
         return nan, UNDECIDED, f"{n} seed(s) in a cell, fewer than {MIN_SEEDS}"
     diff, low, high = interaction(a1, b1, a2, b2)
-    text = f"interaction {diff:+.3f} [{low:+.3f}, {high:+.3f}] (negative: larger edge {where})"
-    if high < 0:
-        return (diff, low, high), REPRODUCED, text
-    if low > 0:
-        return (diff, low, high), NOT_REPRODUCED, text
-    return (diff, low, high), UNDECIDED, text
+    text = (f"interaction {diff:+.3f} [{low:+.3f}, {high:+.3f}] (negative: larger edge "
+            f"{where}); delta {delta}")  # fmt: skip
+    return (diff, low, high), decide(low, high, "less", delta), text
 
 
 def share_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
@@ -242,33 +265,165 @@ def majority(k: int, n: int, what: str) -> tuple[str, str]:
     return UNDECIDED, reason
 
 
+def decide(low: float, high: float, claim: str, delta: float) -> str:
+    """The three-way verdict of an interval (low, high) of a - b for a directional claim.
+
+    ``claim``: "greater" (a - b > 0), "less" (a - b < 0), "not_worse" (a - b >= -delta) or
+    "not_more" (a - b <= delta). Reproduced when the interval lies wholly on the claimed
+    side (of 0, or of the margin delta for the last two); not reproduced when it excludes
+    an effect of delta or more in the claimed direction (for the last two: lies wholly on
+    the other side of the margin); undecided otherwise.
+    """
+    check_delta(delta)
+    if claim == "not_worse":
+        return REPRODUCED if low > -delta else NOT_REPRODUCED if high < -delta else UNDECIDED
+    if claim == "not_more":
+        return REPRODUCED if high < delta else NOT_REPRODUCED if low > delta else UNDECIDED
+    lo, hi = {"greater": (low, high), "less": (-high, -low)}[claim]  # as "greater"
+    return REPRODUCED if lo > 0 else NOT_REPRODUCED if hi < delta else UNDECIDED
+
+
+def check_delta(delta: float) -> float:
+    """A smallest effect of interest: a finite number > 0 (without one, an interval around
+    0 could never refute a directional claim)."""
+    if delta is None or not math.isfinite(delta) or delta <= 0:
+        raise ValueError(
+            f"delta must be a finite number > 0 (the smallest effect of interest), got {delta!r}"
+        )
+    return delta
+
+
+def _edge_text(claim: str, delta: float, spec: str) -> str:
+    return {"greater": f"claimed > 0, delta {delta:{spec.lstrip('+')}}",
+            "less": f"claimed < 0, delta {delta:{spec.lstrip('+')}}",
+            "not_worse": f"claimed >= {-delta:{spec}}",
+            "not_more": f"claimed <= {delta:{spec}}"}[claim]  # fmt: skip
+
+
 def difference(
     a: Sequence[float],
     b: Sequence[float],
     *,
-    margin: float = 0.0,
+    delta: float,
     claim: str = "greater",
     spec: str = "+.3f",
+    paired: bool = False,
+    log: bool = False,
 ) -> tuple[tuple[float, float, float], str, str]:
-    """((diff, low, high), verdict, reason) for a claim about mean(a) - mean(b).
+    """((diff, low, high), verdict, reason) for a claim about mean(a) - mean(b), decided by
+    ``decide`` with the smallest effect of interest ``delta``.
 
-    ``claim``: "greater" (a beats b: the interval above 0), "less" (below 0), or
-    "not_worse" (a - b >= -margin: the interval above -margin). ``spec`` formats the
-    numbers of the reason ("+.2e" for quantities far below 0.001).
+    ``paired``: a[i] and b[i] are one seed measured twice; the t interval of the per-seed
+    differences (seeds missing on either side dropped). ``log``: compare log(a) - log(b)
+    (a ratio, for variances). ``spec`` formats the numbers of the reason ("+.2e" for
+    quantities far below 0.001).
     """
-    sa, sb = summary(a), summary(b)
-    if min(sa[2], sb[2]) < MIN_SEEDS:
-        nan = (math.nan, math.nan, math.nan)
-        return nan, UNDECIDED, f"{min(sa[2], sb[2])} seed(s) on a side, fewer than {MIN_SEEDS}"
-    diff, low, high = welch_difference(sa, sb)
-    edge = {"greater": 0.0, "less": 0.0, "not_worse": -margin}[claim]
-    text = f"Welch {diff:{spec}} [{low:{spec}}, {high:{spec}}]"
-    lo, hi = (-high, -low) if claim == "less" else (low, high)  # "less": a - b below 0
-    if lo > edge:
-        return (diff, low, high), REPRODUCED, text
-    if hi < edge:
-        return (diff, low, high), NOT_REPRODUCED, text
-    return (diff, low, high), UNDECIDED, f"{text} contains {edge:+g}"
+    check_delta(delta)
+    if log:
+        a, b = (np.log(finite_values(x)) for x in (a, b))
+    if paired:
+        pairs = [(x, y) for x, y in zip(a, b, strict=False) if x is not None and y is not None
+                 and np.isfinite(x) and np.isfinite(y)]  # fmt: skip
+        if len(pairs) < MIN_SEEDS:
+            nan = (math.nan, math.nan, math.nan)
+            return nan, UNDECIDED, f"{len(pairs)} paired seed(s), fewer than {MIN_SEEDS}"
+        diff, low, high, _ = mean_interval([x - y for x, y in pairs])
+        if math.isnan(low):
+            low = high = diff
+        how = f"paired over {len(pairs)} seeds"
+    else:
+        sa, sb = summary(a), summary(b)
+        if min(sa[2], sb[2]) < MIN_SEEDS:
+            nan = (math.nan, math.nan, math.nan)
+            return nan, UNDECIDED, f"{min(sa[2], sb[2])} seed(s) on a side, fewer than {MIN_SEEDS}"
+        diff, low, high = welch_difference(sa, sb)
+        how = "Welch"
+    what = "log ratio" if log else how
+    if log:
+        what = f"{how}, log ratio (x{math.exp(diff):.2f})"
+    text = f"{what} {diff:{spec}} [{low:{spec}}, {high:{spec}}]; {_edge_text(claim, delta, spec)}"
+    return (diff, low, high), decide(low, high, claim, delta), text
+
+
+def noninferiority(
+    values: Sequence[float],
+    published: float,
+    delta: float,
+    *,
+    diverged: int = 0,
+    bounds: tuple[float, float] | None = None,
+) -> tuple[str, str]:
+    """(verdict, reason) for "our mean is at least ``published`` - ``delta``": a published
+    number at the top of its range (1.00), where an equivalence's upper side means nothing.
+
+    Reproduced when the t interval lies wholly above the edge, not reproduced when wholly
+    below it, undecided otherwise. The reason counts the seeds below the edge with the
+    Clopper-Pearson interval of a seed's chance to fall there, which is what the seeds bound
+    when every seed scores the same (a zero-width t interval).
+    """
+    check_delta(delta)
+    x = finite_values(values)
+    n, total = len(x), len(x) + diverged
+    if published is None or math.isnan(published):
+        return UNDECIDED, "the paper gives no number"
+    if total == 0:
+        return UNDECIDED, "not run yet"
+    if diverged * 2 > total:
+        return NOT_REPRODUCED, f"{diverged} of {total} seeds diverged (non-finite loss)"
+    if n < MIN_SEEDS:
+        return UNDECIDED, f"{n} finite seed(s), fewer than {MIN_SEEDS}"
+    edge = published - delta
+    mean, low, high, _ = mean_interval(x, bounds=bounds)
+    if math.isnan(low):
+        low = high = mean
+    below = int((x < edge).sum()) + diverged
+    cp_low, cp_high = share_interval(below, total)
+    note = (f"{below} of {total} seeds below {edge:.2f} (a seed's chance of that: "
+            f"95% CP {cp_low:.2f}-{cp_high:.2f})")  # fmt: skip
+    if low > edge:
+        return REPRODUCED, f"interval above {published:.2f} - {delta}; {note}"
+    if high < edge:
+        return NOT_REPRODUCED, f"interval below {published:.2f} - {delta}; {note}"
+    return UNDECIDED, f"interval [{low:.3f}, {high:.3f}] contains {edge:.2f}; {note}"
+
+
+def gap(
+    times: Sequence[float],
+    reached: Sequence[bool],
+    at_chance: int,
+    paper: tuple[float, float],
+    level: str = "100",
+) -> tuple[float, float, float, str, str]:
+    """(ours, low, high, verdict, reason) of a grokking gap (``RULES["gap"]``): per-seed
+    epochs from the jump to ``level``% (``times``; censored at the last epoch where not
+    ``reached``), ``at_chance`` seeds sat at chance before their jump, ``paper`` is the
+    paper's (mean, sd). The interval is over the seeds that reached, never below 0."""
+    times, reached = np.asarray(times, dtype=float), np.asarray(reached, dtype=bool)
+    n, k = len(times), int(reached.sum())
+    mean, low, high, _ = mean_interval(times[reached], bounds=EPOCHS)
+    median = km_median(times, reached)
+    half = (
+        f"KM median {median:g} epochs" if math.isfinite(median) else "not reached by half the seeds"
+    )
+    counts = f"{k} of {n} seeds reached {level}%, {half}"
+    if at_chance < MIN_SEEDS:
+        why = f"no grokking phase to measure: {at_chance} of {n} seeds at chance before the jump"
+        return mean, low, high, UNDECIDED, why
+    if 2 * k < n:
+        return mean, low, high, NOT_REPRODUCED, f"{counts} (the paper: every seed)"
+    if k < MIN_SEEDS:
+        return mean, low, high, UNDECIDED, f"{counts}, fewer than {MIN_SEEDS}"
+    lo, hi = paper[0] - paper[1], paper[0] + paper[1]
+    if math.isnan(low):
+        low = high = mean
+    text = f"{counts}; ours [{low:.1f}, {high:.1f}] against the paper's {paper[0]} ± {paper[1]}"
+    if high < lo or low > hi:
+        return mean, low, high, NOT_REPRODUCED, text
+    if k == n and lo <= low and high <= hi:
+        return mean, low, high, REPRODUCED, text
+    if k < n:
+        text += f"; {n - k} seed(s) never reached {level}%"
+    return mean, low, high, UNDECIDED, text
 
 
 UNTUNED = "rates chosen"  # how a reason the tuning rule decided begins its last clause

@@ -16,22 +16,29 @@ README = (ROOT / "README.md").read_text()
 FIRST_SCREEN = "\n".join(README.splitlines()[:40])
 
 
-def test_readme_fits_in_200_lines_and_answers_on_its_first_screen():
+def test_readme_fits_in_200_lines_and_answers_in_words_on_its_first_screen():
     assert len(README.splitlines()) <= 200
     assert "make study" in FIRST_SCREEN and "make test" in FIRST_SCREEN
+    first_line = findings.in_short(claims.committed()).splitlines()[1]
+    assert first_line in FIRST_SCREEN, "the first finding in words is not on the first screen"
     table = findings.verdict_counts(claims.committed()).to_markdown(index=False)
-    assert table in FIRST_SCREEN, "the verdict counts by source are not on the first screen"
-    assert "![findings_ledger](figures/findings_ledger.png)" in FIRST_SCREEN
+    image = "![findings_ledger](figures/findings_ledger.png)"
+    assert README.index(first_line) < README.index(table) < README.index(image)
     assert f"]({findings.LEDGER_MD})" in README
 
 
-def test_each_in_short_line_states_the_verdict_of_every_row_it_cites():
+def test_each_in_short_line_states_the_verdict_and_numbers_of_the_rows_it_cites():
     table = claims.committed()
-    for _, verdict, text, ids in findings.IN_SHORT:
-        assert verdict in stats.VERDICTS, text
+    text = findings.in_short(table)
+    for _, words, ids in findings.IN_SHORT:
+        verdict = findings.line_verdict(table, ids)
         rows = findings.cited_rows(table, ids)
-        wrong = rows.loc[rows["verdict"] != verdict, ["id", "verdict"]]
-        assert wrong.empty, f"{text!r} says {verdict}, but: {wrong.to_dict('records')}"
+        assert set(rows["verdict"]) == {verdict}
+        assert f"*{verdict}*" in text and findings.line_text(table, words) in text
+    # a number in a line is the row's own: change the row, the line changes
+    row = "gap/authors_3bb9f71/parity"
+    changed = table.assign(ours=table["ours"].where(table["id"] != row, 99.0))
+    assert "99.0 epochs" in findings.in_short(changed) and "99.0 epochs" not in text
 
 
 def test_the_in_short_check_catches_a_line_its_rows_contradict():
@@ -39,17 +46,32 @@ def test_the_in_short_check_catches_a_line_its_rows_contradict():
     # the false sentence the README once had: LayerNorm solves all three tasks
     rows = findings.cited_rows(table, ["table4/with/layernorm/*"])
     assert set(rows["id"]) == {"table4/with/layernorm/dyck1"}  # parity, mod-3: no rows
-    # "(the whole model's are not)": the whole model's smoothness is undecided
-    rows = findings.cited_rows(table, ["attention/smoother/sep"])
-    assert set(rows["verdict"]) == {stats.UNDECIDED}
     with pytest.raises(ValueError, match=r"pattern 'table9/\*' matches no id"):
         findings.cited_rows(table, ["table9/*"])
+    # a line whose rows disagree states no verdict
+    with pytest.raises(ValueError, match="disagree"):
+        findings.line_verdict(table, ["attention/smoother/sep/layer1", "attention/smoother/sep"])
+    flipped = table.assign(verdict=table["verdict"].where(
+        table["id"] != "table3/focal/mod3", stats.UNDECIDED))  # fmt: skip
+    with pytest.raises(ValueError, match="disagree"):
+        findings.in_short(flipped)
 
 
 def test_in_short_is_rendered_into_the_readme_with_its_ids():
-    for _, verdict, text, ids in findings.IN_SHORT:
-        line = f"*{verdict}*: {text} [{' '.join(f'`{i}`' for i in ids)}]"
-        assert line in README, f"README lacks the line {line!r}: run `structattn findings --write`"
+    assert findings.in_short(claims.committed()) in README, "run `structattn findings --write`"
+
+
+def test_the_counts_take_a_claim_on_the_same_runs_once_and_split_the_evidence():
+    table = claims.committed()
+    counts = findings.verdict_counts(table).set_index("claims from")
+    repeated = findings.cited_rows(table, list(findings.SAME_RUNS))
+    assert len(repeated) == 3 and counts.loc["all sources", "claims"] == len(table) - 3
+    total = counts.loc["all sources"]
+    assert total["confirmatory"] + total["exploratory"] == total["claims"]
+    assert total[list(stats.VERDICTS)].sum() == total["claims"]
+    # a source the groups do not list is counted, not hidden
+    odd = pd.concat([table, table.iloc[[0]].assign(id="newpaper/x")], ignore_index=True)
+    assert findings.verdict_counts(odd).set_index("claims from").loc["other sources", "claims"] == 1
 
 
 def ledger_rows(text: str) -> pd.DataFrame:

@@ -55,11 +55,81 @@ def test_majority_rule_needs_an_interval_off_one_half():
 
 def test_difference_rule_reads_the_claimed_side():
     low, high = [1.0, 1.1, 1.2, 1.05], [2.0, 2.1, 2.3, 2.2]
-    (diff, lo, hi), verdict, _ = stats.difference(low, high, claim="less")
+    (diff, lo, hi), verdict, _ = stats.difference(low, high, delta=0.1, claim="less")
     assert verdict == stats.REPRODUCED and lo < hi < 0 < -diff
-    assert stats.difference(low, high, claim="greater")[1] == stats.NOT_REPRODUCED
-    assert stats.difference(high, high, claim="greater")[1] == stats.UNDECIDED
-    assert stats.difference(low, high, margin=2.0, claim="not_worse")[1] == stats.REPRODUCED
+    assert stats.difference(low, high, delta=0.1, claim="greater")[1] == stats.NOT_REPRODUCED
+    assert stats.difference(high, high, delta=0.1, claim="greater")[1] == stats.UNDECIDED
+    assert stats.difference(low, high, delta=2.0, claim="not_worse")[1] == stats.REPRODUCED
+    assert stats.difference(low, high, delta=0.5, claim="not_worse")[1] == stats.NOT_REPRODUCED
+
+
+def test_a_directional_claim_with_a_delta_can_be_refuted_by_no_effect():
+    # two samples with the same mean: the interval sits around 0
+    a = [1.00, 1.01, 0.99, 1.00, 1.02, 0.98, 1.00, 1.01]
+    b = [1.00, 0.99, 1.01, 1.00, 0.98, 1.02, 1.00, 0.99]
+    (_, low, high), verdict, reason = stats.difference(a, b, delta=0.1, claim="less")
+    assert -0.1 < low < 0 < high  # excludes an effect of delta: refuted
+    assert verdict == stats.NOT_REPRODUCED and "delta 0.100" in reason
+    # with a delta wider than the interval's reach the same data stay undecided
+    assert stats.difference(a, b, delta=0.005, claim="less")[1] == stats.UNDECIDED
+    assert stats.decide(-0.3, -0.1, "less", 0.2) == stats.REPRODUCED
+    assert stats.decide(-0.3, 0.1, "less", 0.2) == stats.UNDECIDED
+    assert stats.decide(-0.1, 0.1, "less", 0.2) == stats.NOT_REPRODUCED
+    assert stats.decide(0.1, 0.3, "greater", 0.2) == stats.REPRODUCED
+    assert stats.decide(-0.1, 0.1, "greater", 0.2) == stats.NOT_REPRODUCED
+    assert stats.decide(0.0, 0.1, "not_more", 0.2) == stats.REPRODUCED
+    assert stats.decide(0.25, 0.3, "not_more", 0.2) == stats.NOT_REPRODUCED
+    for bad in (None, 0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="delta must be a finite number > 0"):
+            stats.difference(a, b, delta=bad, claim="less")
+
+
+def test_paired_difference_is_scipys_paired_interval():
+    a = [1.30, 1.32, 1.28, 1.35, 1.31]
+    b = [1.31, 1.34, 1.29, 1.36, 1.33]  # each seed a little worse: paired, this is clear
+    (diff, low, high), verdict, reason = stats.difference(a, b, delta=0.02, claim="not_more",
+                                                          paired=True)  # fmt: skip
+    ci = sp.ttest_rel(a, b).confidence_interval(0.95)
+    assert (low, high) == pytest.approx((ci.low, ci.high)) and "paired over 5 seeds" in reason
+    assert verdict == stats.REPRODUCED and high < 0
+    welch = stats.difference(a, b, delta=0.02, claim="not_more")
+    assert welch[0][2] - welch[0][1] > 5 * (high - low)  # unpaired, the seeds' spread dominates
+
+
+def test_log_ratio_compares_variances_on_one_scale():
+    small = [1e-4, 1.2e-4, 0.9e-4, 1.1e-4]  # one model's variances, a tenth of the other's
+    large = [1e-3, 1.2e-3, 0.9e-3, 1.1e-3]
+    (diff, low, high), verdict, reason = stats.difference(small, large, delta=0.2, claim="less",
+                                                          log=True)  # fmt: skip
+    assert diff == pytest.approx(math.log(0.1)) and verdict == stats.REPRODUCED
+    assert "x0.10" in reason
+    scaled = stats.difference([x * 7 for x in small], [x * 7 for x in large], delta=0.2,
+                              claim="less", log=True)  # fmt: skip
+    assert scaled[0] == pytest.approx((diff, low, high))  # a common scale cancels
+
+
+def test_noninferiority_against_a_published_one_says_what_the_seeds_bound():
+    verdict, reason = stats.noninferiority([1.0] * 5, 1.0, 0.02)
+    assert verdict == stats.REPRODUCED
+    # five perfect seeds bound a seed's chance of failing below 0.52 (Clopper-Pearson)
+    assert "0 of 5 seeds below 0.98" in reason and "95% CP 0.00-0.52" in reason
+    assert stats.noninferiority([0.9, 0.92, 0.91], 1.0, 0.02)[0] == stats.NOT_REPRODUCED
+    verdict, reason = stats.noninferiority([1.0, 1.0, 0.6, 1.0, 1.0], 1.0, 0.02)
+    assert verdict == stats.UNDECIDED and "1 of 5 seeds below 0.98" in reason
+    assert stats.noninferiority([1.0] * 2, 1.0, 0.02, diverged=3)[0] == stats.NOT_REPRODUCED
+
+
+def test_gap_interval_stays_at_or_above_zero_epochs_and_says_unreached_in_words():
+    # two of ten seeds reached 100%, 1 and 145 epochs after the jump
+    times = [1, 145, *[200] * 8]
+    reached = [True, True, *[False] * 8]
+    ours, low, high, verdict, reason = stats.gap(times, reached, 10, (3.2, 1.2))
+    assert low >= 0 and verdict == stats.NOT_REPRODUCED
+    assert "not reached by half the seeds" in reason and "inf" not in reason
+    ours, low, high, verdict, _ = stats.gap([3, 4, 3, 2, 4], [True] * 5, 5, (3.2, 1.2))
+    assert verdict == stats.REPRODUCED and 2.0 <= low <= high <= 4.4
+    verdict, reason = stats.gap([3, 4, 3], [True] * 3, 0, (3.2, 1.2))[3:]
+    assert verdict == stats.UNDECIDED and "no grokking phase" in reason
 
 
 def test_interaction_reduces_to_welch_when_one_contrast_is_exact():
@@ -75,17 +145,18 @@ def test_interaction_rule_reads_the_side_of_its_interval_and_needs_three_seeds()
     high, low = [2.0, 2.1, 2.05, 2.02], [1.0, 1.1, 1.05, 1.02]
     base = [0.0, 0.01, -0.01, 0.02]
     # a - b is about 2 in the first setting and 1 in the second: a positive interaction
-    (diff, lo, hi), verdict, _ = stats.interaction_difference(high, base, low, base, where="at 1%")
+    (diff, lo, hi), verdict, _ = stats.interaction_difference(
+        high, base, low, base, where="at 1%", delta=0.1)  # fmt: skip
     assert verdict == stats.NOT_REPRODUCED and 0 < lo < diff < hi  # fmt: skip
-    verdict = stats.interaction_difference(low, base, high, base, where="x")[1]
+    verdict = stats.interaction_difference(low, base, high, base, where="x", delta=0.1)[1]
     assert verdict == stats.REPRODUCED
     (diff, *_), verdict, reason = stats.interaction_difference(
-        high[:2], base, low, base, where="x")  # fmt: skip
+        high[:2], base, low, base, where="x", delta=0.1)  # fmt: skip
     assert verdict == stats.UNDECIDED and math.isnan(diff) and "2 seed(s)" in reason
 
 
 def test_tuning_rule_leaves_a_decided_comparison_undecided_and_keeps_its_interval():
-    decided = stats.difference([1.0, 1.1, 1.2, 1.05], [2.0, 2.1, 2.3, 2.2], claim="less")
+    decided = stats.difference([1.0, 1.1, 1.2, 1.05], [2.0, 2.1, 2.3, 2.2], delta=0.1, claim="less")
     assert decided[1] == stats.REPRODUCED
     numbers, verdict, reason = stats.untuned(decided, "over 600 steps of one seed")
     assert numbers == decided[0] and verdict == stats.UNDECIDED
@@ -107,13 +178,16 @@ def test_bounded_interval_is_clipped_to_the_unit_interval():
     assert math.isnan(stats.mean_interval([0.5], bounds=stats.UNIT)[1])  # one seed: no interval
 
 
+EQUIVALENCE_ROW = "authors/dyck1/L32"  # a row whose rule is equivalence within 0.02
+
+
 def test_bounded_rule_decides_a_row_whose_only_obstacle_lay_above_one():
-    from structattn_lite.claims.rows import equivalence_row
+    from structattn_lite.claims.rows import published_row
 
     assert stats.equivalence(NEAR_ONE, 0.98, 0.02)[0] == stats.UNDECIDED  # 1.0018 > 0.98 + 0.02
     verdict, reason = stats.equivalence(NEAR_ONE, 0.98, 0.02, bounds=stats.UNIT)
     assert (verdict, reason) == (stats.REPRODUCED, "interval inside 0.98 ± 0.02")
-    row = equivalence_row(pd.Series(NEAR_ONE), 0, 0.98, 0.02, bounds=stats.UNIT, id="x")
+    row = published_row(pd.Series(NEAR_ONE), 0, 0.98, bounds=stats.UNIT, id=EQUIVALENCE_ROW)
     assert (row["verdict"], row["high"]) == (stats.REPRODUCED, 1.0)
     # a clipped interval that still crosses the margin says so, not as a ± half-width
     wide = [1.0, 1.0, 0.6, 1.0, 1.0]
@@ -121,16 +195,16 @@ def test_bounded_rule_decides_a_row_whose_only_obstacle_lay_above_one():
     assert verdict == stats.UNDECIDED and "(clipped to [0, 1])" in reason and "±" not in reason
     # every ledger row says whether its metric is bounded
     with pytest.raises(TypeError, match="bounds"):
-        equivalence_row(pd.Series(NEAR_ONE), 0, 0.98, 0.02, id="x")
+        published_row(pd.Series(NEAR_ONE), 0, 0.98, id=EQUIVALENCE_ROW)
 
 
 def test_an_unbounded_metric_is_not_clipped():
-    from structattn_lite.claims.rows import equivalence_row
+    from structattn_lite.claims.rows import published_row
 
     bpc = [1.30, 1.31, 1.29, 1.33, 1.28]  # bits per character live above 1
     mean, low, high, _ = stats.mean_interval(bpc)
     assert low > 1.0 and stats.mean_interval(bpc, bounds=None) == (mean, low, high, 5)
-    row = equivalence_row(pd.Series(NEAR_ONE), 0, 0.98, 0.02, bounds=None, id="x")
+    row = published_row(pd.Series(NEAR_ONE), 0, 0.98, bounds=None, id=EQUIVALENCE_ROW)
     assert row["high"] > 1.0 and row["verdict"] == stats.UNDECIDED
     epochs = [-14.6, 51.0, 10.0]  # an epoch gap may be negative: no bound at 0 either
     assert stats.mean_interval(epochs)[1] < 0

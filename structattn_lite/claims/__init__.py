@@ -77,14 +77,14 @@ def markdown(
     table: pd.DataFrame | None = None, prefixes: tuple[str, ...] = (), ids: bool = False
 ) -> str:
     """The ledger as a Markdown table: claim, published, ours [95% interval] (seeds),
-    verdict and its reason (the rule and protocol columns stay in the CSV); only the
+    verdict, evidence (confirmatory or exploratory) and the reason (the rule and protocol columns stay in the CSV); only the
     rows whose id starts with one of ``prefixes`` ("table4", "gap", ...), if given; with
     ``ids``, each row's id first (as the README's "In short" cites it)."""
     table = ledger() if table is None else table
     if prefixes:
         table = by_source(table, prefixes)
-    lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | reason |",
-             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | evidence | reason |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     if ids:
         lines = ["| id " + lines[0], "| --- " + lines[1]]
     for _, r in table.iterrows():
@@ -95,7 +95,7 @@ def markdown(
         lines.append(
             (f"| `{r['id']}` " if ids else "")
             + f"| {r['claim']} | {r['source']} | {_cell(r['published'], 2)} | {ours} "
-            f"({r['seeds']}) | **{r['verdict']}** | {r['reason']} |"
+            f"({r['seeds']}) | **{r['verdict']}** | {r['evidence']} | {r['reason']} |"
         )
     return "\n".join(lines)
 

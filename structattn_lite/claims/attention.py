@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 from structattn_lite import stats
 from structattn_lite.claims.rows import read, row
+from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name as name
 from structattn_lite.studies.attention.tables import tuning_schedule
 
@@ -42,7 +42,6 @@ def _attention_row(
     ident: str,
     words: str,
     result,
-    rule: str,
     values=(),
     *,
     protocol: str,
@@ -51,11 +50,13 @@ def _attention_row(
 ) -> dict:
     """A comparison's row; ``untuned`` (how the rates were chosen, when not as the tuning
     rule asks) leaves it undecided."""
+    if callable(result):  # decided with the row's smallest effect of interest
+        result = result(rule_of(ident).delta)
     (diff, low, high), verdict, reason = (
         result if untuned is None else stats.untuned(result, untuned)
     )
     return row(values, id=ident, study="attention", claim=words, source="the attention card",
-                ours=diff, low=low, high=high, verdict=verdict, reason=reason, rule=rule,
+                ours=diff, low=low, high=high, verdict=verdict, reason=reason,
                 protocol=protocol,
                 grid=fields.pop("grid", "committed (attention)"),
                 notebook=fields.pop("notebook", "02, the card's hypothesis"),
@@ -65,9 +66,9 @@ def _attention_row(
 def _interaction_row(ident, words, samples, names, where, **fields) -> dict:
     """A row for "the edge of a over b is larger in the first setting than in the second":
     (a1 - b1) - (a2 - b2), its Welch-Satterthwaite interval below 0."""
-    result = stats.interaction_difference(*samples, where=where)
+    result = stats.interaction_difference(*samples, where=where, delta=rule_of(ident).delta)
     return _attention_row(
-        ident, words, result, "interaction, Welch-Satterthwaite interval below 0",
+        ident, words, result,
         {f"{v}, {at}": x for (v, at), x in zip(names, samples, strict=True)},
         seeds=min(len(x) for x in samples), **fields)  # fmt: skip
 
@@ -76,14 +77,14 @@ def _not_worse_than_dense(ident, where, split, bpc_of, **fields) -> list[dict]:
     """Rows for "matroidal m=2d is equal to or better than dense with the same q/k sharing
     (within the bpc margin)", shared q/k then separate; ``bpc_of(variant)`` gives the
     per-seed bpc on ``split`` in seed order."""
-    bpc, rows = stats.BPC_MARGIN, []
+    rows = []
     for qk, suffix in (("shared", ""), ("sep", " (sep q/k)")):
         mat, dense = "matroidal m=2d" + suffix, "dense" + suffix
         a, b = bpc_of(dense), bpc_of(mat)
+        bpc = rule_of(f"{ident}/{qk}").delta
         rows.append(_attention_row(
             f"{ident}/{qk}", f"{where}{name(mat)}: {split} bpc equal to or better than "
-            f"{name(dense)} (within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
-            f"dense minus matroidal, Welch; 'not worse' when above -{bpc} bpc",
+            f"{name(dense)} (within {bpc})", stats.difference(a, b, delta=bpc, claim="not_worse"),
             {dense: a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
     return rows
 
@@ -163,6 +164,25 @@ def long_budget() -> list[dict]:
         command="structattn run attention --grid long")  # fmt: skip
 
 
+def fresh_finals():
+    """The fresh grid's final runs once every planned seed of every cell is in (the rows
+    whose rules name them read these alone), else None."""
+    from structattn_lite.studies.attention.grids import GRIDS
+
+    runs = read("attention_fresh_runs.csv")
+    if runs is None:
+        return None
+    finals = runs[~runs["tuning"].astype(bool) & (runs["status"] != "failed")]
+    cells = finals.groupby(["part", "variant", "fraction"])["seed"].agg(set)
+    planned = set(GRIDS["fresh"]["seeds"])
+    parts = {"main": 1.0, "low data": min(GRIDS["fresh"]["fractions"])}
+    complete = len(cells) == 4 and all(
+        seeds >= planned for (part, _, fraction), seeds in cells.items()
+        if parts.get(part) == fraction
+    )  # fmt: skip
+    return finals if complete else None
+
+
 SMOOTHER_GROUPS = {"total": "all parameters", "layer0": "layer 0", "layer1": "layer 1",
                    "metric": "the metric's parameters"}  # fmt: skip
 
@@ -176,32 +196,45 @@ def attention() -> list[dict]:
     if runs is None:
         return []
     finals = runs[~runs["tuning"].astype(bool)]
+    fresh = fresh_finals()
     protocol = committed_protocol(runs)
     untuned = _untuned(runs)
-    attention_row = functools.partial(_attention_row, protocol=protocol, untuned=untuned)
 
-    def col(part, variant, column, fraction=1.0, precision="float32"):
-        pick = finals[(finals["part"] == part) & (finals["variant"] == variant)
-                      & (finals["fraction"] == fraction) & (finals["precision"] == precision)]  # fmt: skip
+    def attention_row(ident, *args, **fields):
+        """A row read on the fresh seeds its rule names once they are all in."""
+        fresh_read = rule_of(ident).fresh is not None and fresh is not None
+        fields = {"protocol": protocol, "untuned": untuned, **fields}
+        return _attention_row(ident, *args, fresh_read=fresh_read, **fields)  # fmt: skip
+
+    def col(part, variant, column, fraction=1.0, precision="float32", ident=None):
+        """Per-seed values of one cell, from the fresh seeds when ``ident``'s rule names
+        them and they are all in, else from the committed grid's."""
+        frame = fresh if ident and rule_of(ident).fresh and fresh is not None else finals
+        pick = frame[(frame["part"] == part) & (frame["variant"] == variant)
+                     & (frame["fraction"] == fraction) & (frame["precision"] == precision)]  # fmt: skip
         return pick.sort_values("seed")[column].tolist()  # fmt: skip
 
-    bpc, m = stats.BPC_MARGIN, "matroidal m=2d"
-    not_worse = f"baseline minus matroidal, Welch; 'not worse' when above -{bpc} bpc"
+    m = "matroidal m=2d"
     rows = []
     for ident, mat, dense in (("shared", m, "dense"), ("sep", f"{m} (sep q/k)", "dense (sep q/k)")):
-        a, b = col("main", dense, "val_bpc"), col("main", mat, "val_bpc")
+        key = f"attention/not_worse/{ident}"
+        a, b = col("main", dense, "val_bpc", ident=key), col("main", mat, "val_bpc", ident=key)
+        bpc = rule_of(key).delta
         rows.append(attention_row(
-            f"attention/not_worse/{ident}", f"{name(mat)}: validation bpc equal to or better "
-            f"than {name(dense)} (within {bpc})", stats.difference(a, b, margin=bpc, claim="not_worse"),
-            not_worse, {dense: a, mat: b}, seeds=min(len(a), len(b))))  # fmt: skip
+            key, f"{name(mat)}: validation bpc equal to or better "
+            f"than {name(dense)} (within {bpc})",
+            lambda delta, a=a, b=b: stats.difference(a, b, delta=delta, claim="not_worse"),
+            {dense: a, mat: b}, seeds=min(len(a), len(b))))  # fmt: skip
         for group, where in SMOOTHER_GROUPS.items():  # the whole model, each layer, the metric
-            a, b = col("main", mat, f"gnv_{group}"), col("main", dense, f"gnv_{group}")
+            key = f"attention/smoother/{ident}" + ("" if group == "total" else f"/{group}")
+            a = col("main", mat, f"gnv_{group}", ident=key)
+            b = col("main", dense, f"gnv_{group}", ident=key)
             rows.append(attention_row(
-                f"attention/smoother/{ident}" + ("" if group == "total" else f"/{group}"),
+                key,
                 f"{name(mat)}: smoother training than {name(dense)} (lower gradient-norm variance after "
-                f"warmup, {where})", stats.difference(a, b, claim="less", spec="+.2e"),
-                "matroidal minus baseline, Welch; below 0", {mat: a, dense: b},
-                seeds=min(len(a), len(b))))  # fmt: skip
+                f"warmup, {where})",
+                lambda delta, a=a, b=b: stats.difference(a, b, delta=delta, claim="less", log=True),
+                {mat: a, dense: b}, seeds=min(len(a), len(b))))  # fmt: skip
     ours, dense = col("main", m, "params_metric"), col("main", "dense", "params_metric")
     fewer = ours[0] < dense[0] if ours and dense else None
     # what the two rows below (a count, not a difference) share with the card's other rows
@@ -212,7 +245,7 @@ def attention() -> list[dict]:
         f"{name('dense')}", ours=ours[0] if ours else math.nan, seeds=len(ours),
         verdict=stats.REPRODUCED if fewer else stats.NOT_REPRODUCED if fewer is False else
         stats.UNDECIDED, reason=f"{ours[0]:.0f} against {dense[0]:.0f} metric parameters"
-        if ours and dense else "not run", rule="exact count", notebook="02, parameters and FLOPs",
+        if ours and dense else "not run", notebook="02, parameters and FLOPs",
         **card))  # fmt: skip
     matroidal = finals[finals["kind"] == "matroidal"]
     bad = int((matroidal["fast_nonfinite"] + matroidal["audit_nonfinite_logits"] > 0).sum())
@@ -221,57 +254,59 @@ def attention() -> list[dict]:
         ours=bad, seeds=len(matroidal), verdict=stats.REPRODUCED if bad == 0 and len(matroidal) >=
         stats.MIN_SEEDS else stats.NOT_REPRODUCED if bad else stats.UNDECIDED,
         reason=f"{bad} of {len(matroidal)} matroidal runs had a non-finite logit",
-        rule="count over every final run", notebook="02, numerical audit", **card))  # fmt: skip
-    share = {v: [s / r for s, r in zip(col("main", v, "fast_saturated_rows"),
-                                       col("main", v, "fast_rows"), strict=True)]
+        notebook="02, numerical audit", **card))  # fmt: skip
+    key = "attention/stable/saturated"
+    share = {v: [s / r for s, r in zip(col("main", v, "fast_saturated_rows", ident=key),
+                                       col("main", v, "fast_rows", ident=key), strict=True)]
              for v in ("dense", m)}  # fmt: skip
     rows.append(attention_row(
-        "attention/stable/saturated", f"{name(m)} saturates no more attention rows than "
-        f"{name('dense')} "
+        key, f"{name(m)} saturates no more attention rows than {name('dense')} "
         "(share of softmax rows whose largest weight is 1 to working precision)",
-        stats.difference(share[m], share["dense"], claim="less", spec="+.2e"),
-        "matroidal minus dense, Welch; below 0", share, seeds=len(share[m]),
-        notebook="02, numerical audit"))  # fmt: skip
+        lambda delta: stats.difference(share[m], share["dense"], delta=delta, claim="not_more",
+                                       spec="+.2e"),
+        share, seeds=len(share[m]), notebook="02, numerical audit"))  # fmt: skip
+    key = "attention/stable/bfloat16"
     shift = {v: [x - y for x, y in zip(col("stability", v, "val_bpc", precision="bfloat16"),
                                        col("main", v, "val_bpc"), strict=False)]
              for v in ("dense", m)}  # fmt: skip
     rows.append(attention_row(
-        "attention/stable/bfloat16", f"{name(m)} loses no more to bfloat16 autocast than "
-        f"{name('dense')} "
-        f"(shift of validation bpc, same seeds, within {bpc})",
-        stats.difference(shift["dense"], shift[m], margin=bpc, claim="not_worse"), not_worse,
+        key, f"{name(m)} loses no more to bfloat16 autocast than {name('dense')} "
+        f"(shift of validation bpc, same seeds, within {rule_of(key).delta})",
+        lambda delta: stats.difference(shift["dense"], shift[m], delta=delta, claim="not_worse"),
         shift, seeds=len(shift[m])))  # fmt: skip
     for base in ("dense", "dot"):
-        low = [col("low data", v, "val_bpc", fraction=0.01) for v in (m, base)]
-        full = [col("main", v, "val_bpc") for v in (m, base)]
+        key = f"attention/low_data/{base}"
+        low = [col("low data", v, "val_bpc", fraction=0.01, ident=key) for v in (m, base)]
+        full = [col("main", v, "val_bpc", ident=key) for v in (m, base)]
+        fresh_read = rule_of(key).fresh is not None and fresh is not None
         rows.append(_interaction_row(
-            f"attention/low_data/{base}", f"{name(m)}'s edge over {name(base)} is larger with 1% of the "
+            key, f"{name(m)}'s edge over {name(base)} is larger with 1% of the "
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
             (base, "100%")], "at 1%", protocol=protocol + "; 1% and 100% of the "
-            "text", notebook="02, low data", untuned=untuned))  # fmt: skip
+            "text", notebook="02, low data", untuned=untuned, fresh_read=fresh_read))  # fmt: skip
     rows += long_budget()
     rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}
     best, runner = sorted(sizes, key=lambda k: sum(sizes[k]) / max(len(sizes[k]), 1))[:2]
     rows.append(attention_row(
-        "attention/best_m", f"one support size m is best (lowest validation bpc: m={best})",
-        stats.difference(sizes[best], sizes[runner], claim="less"),
-        f"m={best} minus the next best (m={runner}), Welch; below 0",
+        "attention/best_m", f"one support size m is best (lowest validation bpc: m={best}, "
+        f"against the next best, m={runner})",
+        lambda delta: stats.difference(sizes[best], sizes[runner], delta=delta, claim="less"),
         {f"m={k}": v for k, v in sizes.items()}, seeds=len(sizes[best])))  # fmt: skip
-    pruned = col("main", m, "prune_val_bpc_0.5")
+    key = "attention/pruning"
+    unpruned, pruned = col("main", m, "val_bpc"), col("main", m, "prune_val_bpc_0.5")
     rows.append(_attention_row(  # one variant against itself: the tuning rule has no say
-        "attention/pruning", f"{name(m)} keeps its validation bpc (within {bpc}) with half its "
-        "coefficients pruned and a short fine-tune", stats.difference(
-            col("main", m, "val_bpc"), pruned, margin=bpc, claim="not_worse"),
-        f"unpruned minus pruned, Welch; 'not worse' when above -{bpc} bpc",
-        {"unpruned": col("main", m, "val_bpc"), "half pruned": pruned},
-        seeds=len(pruned), protocol=protocol))  # fmt: skip
+        key, f"{name(m)} keeps its validation bpc (within {rule_of(key).delta}) with half its "
+        "coefficients pruned and a short fine-tune",
+        lambda delta: stats.difference(pruned, unpruned, delta=delta, claim="not_more", paired=True),
+        {"unpruned": unpruned, "half pruned": pruned}, seeds=len(pruned),
+        protocol=protocol))  # fmt: skip
+    key = "attention/digits"
     a, b = col("digits", m, "test_acc"), col("digits", "dense", "test_acc")
     rows.append(attention_row(
-        "attention/digits", f"{name(m)} classifies 8x8 digits as well as {name('dense')} (test accuracy "
-        f"within {stats.ACCURACY_MARGIN})", stats.difference(
-            a, b, margin=stats.ACCURACY_MARGIN, claim="not_worse"),
-        f"matroidal minus dense, Welch; 'not worse' when above -{stats.ACCURACY_MARGIN}",
+        key, f"{name(m)} classifies 8x8 digits as well as {name('dense')} (test accuracy "
+        f"within {rule_of(key).delta})",
+        lambda delta: stats.difference(a, b, delta=delta, claim="not_worse"),
         {m: a, "dense": b}, seeds=len(a), untuned=_untuned(runs, "digits"),
         protocol="digits as 4x4 patch tokens, 400 steps, 5 seeds; test accuracy"))  # fmt: skip
     return rows

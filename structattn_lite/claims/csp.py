@@ -14,7 +14,7 @@ from structattn_lite.claims.rows import (
     METRIC_NAME,
     PAPER_TEXT,
     TASK_NAME,
-    equivalence_row,
+    published_row,
     read,
     row,
 )
@@ -38,8 +38,8 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
         values = runs.loc[~diverged, METRIC[task]].dropna()
         diverged = int(diverged.sum())
         number = "(no published number)" if math.isnan(published) else f"{published:.2f}"
-        rows.append(equivalence_row(
-            values, diverged, published, stats.ACCURACY_MARGIN, bounds=stats.UNIT,  # accuracy, F1
+        rows.append(published_row(
+            values, diverged, published, bounds=stats.UNIT,  # accuracy, F1
             id=ident, study="CSP", claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {number}",
             source=f"CSP paper, Table {table}", protocol=PAPER_TEXT, grid=grid,
             notebook="04, Tables 3 and 4", command=command,
@@ -109,8 +109,9 @@ def grokking() -> list[dict]:
             seeds = per_seed[(per_seed["task"] == task) & (per_seed["preset"] == preset)]
             if seeds.empty:
                 continue
-            ours, low, high, verdict, reason = gap_verdict(seeds, paper, "gap_100")
-            *_, reason_99 = gap_verdict(seeds, paper, "gap_99")
+            jumped = seeds[seeds["jump"].notna()]
+            verdicts = {level: gap_verdict(seeds, paper, f"gap_{level}") for level in ("100", "99")}
+            ours, low, high, verdict, reason = verdicts["100"]
             rows.append(row(
                 {"gap to 100%": seeds["gap_100"].tolist(), "gap to 99%": seeds["gap_99"].tolist()},
                 id=f"gap/{preset}/{task}", study="CSP",
@@ -118,24 +119,29 @@ def grokking() -> list[dict]:
                       f"{MODEL_WORDS[preset]}: {paper[0]} ± {paper[1]} epochs",
                 source="CSP paper, section 4.2.1", published=paper[0], ours=ours, low=low,
                 high=high, seeds=len(seeds), verdict=verdict,
-                reason=f"{reason} (at 99%: {reason_99.split(';')[0]})",
-                rule="gap: Welch vs the paper, margin ± its sd; censored seeds (KM)",
+                reason=f"{reason} (at 99%: {verdicts['99'][4].split(';')[0]})",
                 protocol=protocol, grid="gap", notebook="03, grokking gap", command=command,
             ))  # fmt: skip
-            jumped = seeds[seeds["jump"].notna()]
-            at = int((jumped["spike_offset"].abs() <= SPIKE_WINDOW).sum())
-            verdict, reason = stats.majority(at, len(jumped), f"spike within ±{SPIKE_WINDOW} "
-                                             "epochs of the 90% jump")  # fmt: skip
+            # the spike "at the jump" presumes a jump from chance: only such seeds count
+            phased = jumped[jumped["plateau"].astype(bool)]
+            at = int((phased["spike_offset"].abs() <= SPIKE_WINDOW).sum())
+            if len(phased) < stats.MIN_SEEDS:
+                verdict = stats.UNDECIDED
+                reason = (f"no phase at chance to measure: {len(phased)} of {len(seeds)} seeds "
+                          f"sat at chance before the jump ({at} of them spike within "
+                          f"±{SPIKE_WINDOW} epochs)")  # fmt: skip
+            else:
+                verdict, reason = stats.majority(at, len(phased), f"spike within ±{SPIKE_WINDOW} "
+                                                 "epochs of the 90% jump")  # fmt: skip
+                reason += f" (of the {len(phased)} of {len(seeds)} seeds at chance before it)"
+            share = stats.share_interval(at, len(phased)) if len(phased) else (math.nan,) * 2
             rows.append(row(
-                {"spike minus jump (epochs)": jumped["spike_offset"].tolist()},
+                {"spike minus jump (epochs)": phased["spike_offset"].tolist()},
                 id=f"spike/{preset}/{task}", study="CSP",
                 claim=f"the largest gradient norm coincides with the jump, {TASK_NAME[task]}, "
                       f"{MODEL_WORDS[preset]}",
-                source="CSP paper, section 4.2.1", ours=at / max(len(jumped), 1),
-                low=stats.share_interval(at, len(jumped))[0] if len(jumped) else math.nan,
-                high=stats.share_interval(at, len(jumped))[1] if len(jumped) else math.nan,
-                seeds=len(jumped), verdict=verdict, reason=reason,
-                rule="majority of seeds (Clopper-Pearson)", protocol=protocol, grid="gap",
-                notebook="03, gradient-norm spikes", command=command,
+                source="CSP paper, section 4.2.1", ours=at / max(len(phased), 1),
+                low=share[0], high=share[1], seeds=len(phased), verdict=verdict, reason=reason,
+                protocol=protocol, grid="gap", notebook="03, gradient-norm spikes", command=command,
             ))  # fmt: skip
     return rows

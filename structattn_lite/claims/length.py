@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from structattn_lite import stats
-from structattn_lite.claims.rows import TASK_NAME, equivalence_row, read
+from structattn_lite.claims.rows import TASK_NAME, published_row, read
+from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name
 from structattn_lite.studies.length.authors import AUTHORS_TASK
 from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS, GRIDS
@@ -17,25 +18,34 @@ from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
 
 
 def authors_length() -> list[dict]:
-    curves = read("length_authors.csv.gz")
+    """Their README's CSP-Vanilla row, cell by cell. A cell whose rule names fresh seeds
+    is read on those alone once every one is committed (``length_authors_fresh``)."""
+    curves, fresh = read("length_authors.csv.gz"), read("length_authors_fresh.csv.gz")
     rows = []
     for task, name in AUTHORS_TASK.items():
         (model,) = GRIDS["authors"]["models"][task]  # the revision behind their row
         published = AUTHORS[name]["CSP-Vanilla"]
         for length, number in zip((16, 32, 64), published, strict=True):
-            at = curves[(curves["task"] == task) & (curves["length"] == length)] if (
-                curves is not None) else pd.DataFrame(columns=["all_acc", "status"])  # fmt: skip
-            rows.append(equivalence_row(
-                at["all_acc"].dropna(), 0, number, stats.ACCURACY_MARGIN, bounds=stats.UNIT,
-                id=f"authors/{name}/L{length}", study="CSP",
+            ident = f"authors/{name}/L{length}"
+            source, fresh_read, grid = curves, False, "authors"
+            planned = rule_of(ident).fresh
+            if planned is not None and fresh is not None:
+                mine = fresh[(fresh["task"] == task) & (fresh["status"] != "failed")]
+                if set(planned[2]) <= set(mine["seed"]):
+                    source, fresh_read, grid = mine[mine["seed"].isin(planned[2])], True, planned[1]
+            at = source[(source["task"] == task) & (source["length"] == length)] if (
+                source is not None) else pd.DataFrame(columns=["all_acc", "status"])  # fmt: skip
+            rows.append(published_row(
+                at["all_acc"].dropna(), 0, number, bounds=stats.UNIT, fresh_read=fresh_read,
+                id=ident, study="CSP",
                 claim=f"{display_name(model)}, {TASK_NAME[name]}, accuracy over all "
                       f"positions at L = {length}: {number:.3f} (their README's CSP-Vanilla row)",
                 source="the authors' README (hilhert/CSP)",
                 protocol="the authors' code and protocol: their model and revision per task, "
                          "cross-entropy on every prefix, Adam 1e-4 with cosine, 300 epochs, "
                          "10,000 strings at T = 16, 80/20 i.i.d.",
-                grid="authors", notebook="05, the authors' length table",
-                command="structattn run length --grid authors --seed-batching",
+                grid=grid, notebook="05, the authors' length table",
+                command=f".venv/bin/structattn run length --grid {grid} --seed-batching",
             ))  # fmt: skip
     return rows
 
@@ -90,8 +100,8 @@ def _wider_field_theirs() -> list[dict]:
             runs = chosen[chosen["model"] == model]
             at = runs[runs["length"] == length]
             far = runs.loc[runs["length"] == longest, "seq_acc"].dropna()
-        row = equivalence_row(
-            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, bounds=stats.UNIT,
+        row = published_row(
+            at["seq_acc"].dropna(), 0, published, bounds=stats.UNIT,
             id=ident, study="wider",
             claim=words, source=source, protocol=GRAZZI_PROTOCOL.format(length=length),
             grid="grazzi (length)", notebook="05, baselines at length",
@@ -115,8 +125,8 @@ def _wider_field_at_t16() -> list[dict]:
         at = curves[(curves["task"] == "parity") & (curves["model"] == model) &
                     (curves["length"] == longest)] if curves is not None else pd.DataFrame(
             columns=["seq_acc"])  # fmt: skip
-        row = equivalence_row(
-            at["seq_acc"].dropna(), 0, published, stats.LENGTH_MARGIN, bounds=stats.UNIT,
+        row = published_row(
+            at["seq_acc"].dropna(), 0, published, bounds=stats.UNIT,
             id=f"{ident}/{AT_T16}",
             study="wider", claim=f"{words}, trained at T = 16 only", source=source,
             protocol=f"ours: trained at T = 16 on 10,000 strings (disjoint split), Adam 1e-3 "

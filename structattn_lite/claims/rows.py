@@ -9,12 +9,13 @@ import re
 import pandas as pd
 
 from structattn_lite import stats
+from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.config import results_dir
 from structattn_lite.names import display_name
 
 COLUMNS = [
     "id", "study", "claim", "source", "published", "ours", "low", "high", "seeds",
-    "verdict", "reason", "rule", "protocol", "grid", "notebook", "command",
+    "verdict", "evidence", "reason", "rule", "protocol", "grid", "notebook", "command",
 ]  # fmt: skip
 
 TASK_NAME = {task: display_name(task) for task in ("parity", "mod3", "dyck1")}  # names.py
@@ -33,25 +34,34 @@ def read(name: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
-def row(values=(), **fields) -> dict:
+def row(values=(), *, fresh_read: bool = False, **fields) -> dict:
     """One ledger row. ``values`` holds the per-seed numbers behind it, for the claims
-    dashboard (a list, or a dict of lists for a two-sided comparison); not in the CSV."""
+    dashboard (a list, or a dict of lists for a two-sided comparison); not in the CSV.
+    Its ``rule`` and ``evidence`` come from the rules table; ``fresh_read``: the row was
+    read on the fresh seeds its rule names."""
+    rule = rule_of(fields["id"])
+    fields = {**fields, "rule": rule.words(), "evidence": rule.evidence_now(fresh_read)}
+    if rule.fresh is not None and not fresh_read:
+        study, grid, seeds = rule.fresh
+        fields["reason"] = (f"{fields.get('reason', '')}; exploratory until the fresh seeds "
+                            f"{seeds[0]}-{seeds[-1]} ({study} grid {grid}) are all in")  # fmt: skip
     values = values if isinstance(values, dict) else {"ours": list(values)}
     return {**{column: fields.get(column, math.nan) for column in COLUMNS}, "values": values}
 
 
-def equivalence_row(values: pd.Series, diverged: int, published: float, margin: float, *,
-                    bounds: tuple[float, float] | None, **fields) -> dict:  # fmt: skip
-    """A row for "our mean equals the published number within ± margin". ``bounds``:
-    ``stats.UNIT`` for accuracy and F1 (the interval clipped to [0, 1]), None for a metric
-    without bounds (bits per character, epochs); every caller says which."""
-    verdict, reason = stats.equivalence(values.tolist(), published, margin, diverged=diverged,
-                                        bounds=bounds)  # fmt: skip
+def published_row(values: pd.Series, diverged: int, published: float, *,
+                  bounds: tuple[float, float] | None, **fields) -> dict:  # fmt: skip
+    """A row for "our mean matches the published number", by the row's rule: equivalence
+    (within ± delta) or, for a number at the top of its range, noninferiority (at least the
+    number - delta). ``bounds``: ``stats.UNIT`` for accuracy and F1 (the interval clipped to
+    [0, 1]), None for a metric without bounds; every caller says which."""
+    rule = rule_of(fields["id"])
+    test = {"equivalence": stats.equivalence, "noninferiority": stats.noninferiority}
+    verdict, reason = test[rule.test](values.tolist(), published, rule.delta, diverged=diverged,
+                                      bounds=bounds)  # fmt: skip
     mean, low, high, n = stats.mean_interval(values.tolist(), bounds=bounds)
-    rule = f"equivalence, margin ±{margin}"
     return row(values.tolist(), published=published, ours=mean, low=low, high=high,
-               seeds=n + diverged, verdict=verdict, reason=reason, rule=rule,
-               **fields)  # fmt: skip
+               seeds=n + diverged, verdict=verdict, reason=reason, **fields)  # fmt: skip
 
 
 _DIVERGED = re.compile(r"(\d+) of (\d+) seeds diverged")  # as stats.equivalence writes it

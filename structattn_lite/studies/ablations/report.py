@@ -143,7 +143,8 @@ def claims_table(df: pd.DataFrame) -> pd.DataFrame:
             if (a, task) not in cells or (b, task) not in cells:
                 continue
             va, vb = cells[a, task], cells[b, task]
-            _, verdict, reason = stats.difference(va, vb, claim="greater")
+            _, verdict, reason = stats.difference(va, vb, delta=stats.ACCURACY_MARGIN,
+                                                  claim="greater")  # fmt: skip
             rows.append({"preset": preset, "claim": claim, "task": task,
                          "A": sum(va) / len(va) if va else math.nan,
                          "B": sum(vb) / len(vb) if vb else math.nan,

@@ -61,30 +61,16 @@ def censored_gaps(jumped: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Seri
 
 
 def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
-    """(ours, low, high, verdict, reason) of one task's gap at one threshold."""
+    """(ours, low, high, verdict, reason) of one task's gap at one threshold, by the gap
+    rule (``stats.gap``): ``seeds`` is one row per seed (``seed_gaps``); a seed that never
+    jumped counts as one that never reached the threshold."""
     jumped = seeds[seeds["jump"].notna()]
     times, reached = censored_gaps(jumped, column)
-    k, n, sat = int(reached.sum()), len(seeds), int(seeds["plateau"].sum())
-    mean, low, high, _ = stats.mean_interval(times[reached])
-    level, median = column.split("_")[1], stats.km_median(times, reached)
-    counts = f"{k} of {n} seeds reached {level}%, KM median {median:g} epochs"
-    if sat < stats.MIN_SEEDS:
-        reason = f"no grokking phase to measure: {sat} of {n} seeds at chance before the jump"
-        return mean, low, high, stats.UNDECIDED, reason
-    if 2 * k < n:
-        return mean, low, high, stats.NOT_REPRODUCED, f"{counts} (the paper: all of 10)"
-    if k < stats.MIN_SEEDS:
-        return mean, low, high, stats.UNDECIDED, f"{counts}, fewer than {stats.MIN_SEEDS}"
-    _, dlow, dhigh = stats.welch_difference(stats.summary(times[reached]), (*paper, PAPER_SEEDS))
-    margin = paper[1]
-    text = f"{counts}; Welch ours - paper [{dlow:+.1f}, {dhigh:+.1f}], margin ±{margin}"
-    if dhigh < -margin or dlow > margin:
-        verdict = stats.NOT_REPRODUCED
-    elif k == n and -margin <= dlow and dhigh <= margin:
-        verdict = stats.REPRODUCED
-    else:
-        verdict = stats.UNDECIDED
-    return mean, low, high, verdict, text
+    never = len(seeds) - len(jumped)  # censored at 0: out of the risk set from the start
+    times = pd.concat([times, pd.Series([0.0] * never)], ignore_index=True)
+    reached = pd.concat([reached, pd.Series([False] * never)], ignore_index=True)
+    level = column.split("_")[1]
+    return stats.gap(times, reached, int(seeds["plateau"].sum()), paper, level)
 
 
 def preset_of(record: RunRecord) -> str:
