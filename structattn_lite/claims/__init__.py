@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from structattn_lite import stats
-from structattn_lite.claims import attention, csp, length
+from structattn_lite.claims import attention, csp, length, theory
 from structattn_lite.claims.rows import COLUMNS, TASK_NAME
 from structattn_lite.config import results_dir
 from structattn_lite.studies.grokking.report import gap_verdict, seed_gaps
@@ -26,9 +26,11 @@ SECTIONS: list[Callable[[], list[dict]]] = [
     csp.table3,
     csp.table4,
     csp.grokking,
+    csp.curves,
     length.authors_length,
     length.wider_field,
     attention.attention,
+    theory.theory,
 ]
 
 

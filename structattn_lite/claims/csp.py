@@ -18,11 +18,19 @@ from structattn_lite.claims.rows import (
     read,
     row,
 )
+from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name
 from structattn_lite.studies.ablations.experiment import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
 from structattn_lite.studies.ablations.report import load_results
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
-from structattn_lite.studies.grokking.report import SPIKE_WINDOW, gap_verdict, seed_gaps
+from structattn_lite.studies.grokking.report import (
+    CHANCE,
+    GAP_METRIC,
+    PLATEAU_ABOVE_CHANCE,
+    SPIKE_WINDOW,
+    gap_verdict,
+    seed_gaps,
+)
 
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
 
@@ -144,4 +152,60 @@ def grokking() -> list[dict]:
                 low=share[0], high=share[1], seeds=len(phased), verdict=verdict, reason=reason,
                 protocol=protocol, grid="gap", notebook="03, gradient-norm spikes", command=command,
             ))  # fmt: skip
+    return rows
+
+
+# --- the CSP paper's other claims about its curves (section 3.2, Fig. 3, section 4.2.1) ----
+PAPER_PLATEAU = {"mod3": 80.0, "dyck1": 120.0}  # Fig. 3: epochs at chance, "about"
+
+
+def _curves_per_seed(preset: str = "paper") -> pd.DataFrame:
+    """Per seed of the gap grid: its first epoch at 90% (the jump), its epochs at chance
+    before the jump, and its gap to 100% (None when never reached)."""
+    rows = []
+    for r in committed_records("gap"):
+        task = r.config["task"]
+        if r.config["preset"] != preset or not len(r.history):
+            continue
+        h, gaps = r.history, seed_gaps(r.history, task)
+        before = h["epoch"] < gaps["jump"] if gaps["jump"] is not None else True
+        at_chance = int(((h[GAP_METRIC] < CHANCE[task] + PLATEAU_ABOVE_CHANCE) & before).sum())
+        rows.append({"task": task, "seed": r.seed, "jump": gaps["jump"], "at_chance": at_chance,
+                     "gap_100": gaps["gap_100"]})  # fmt: skip
+    return pd.DataFrame(rows, columns=["task", "seed", "jump", "at_chance", "gap_100"])
+
+
+def curves() -> list[dict]:
+    """The paper's words about its training curves, on CSP (paper text)'s gap runs."""
+    seeds = _curves_per_seed()
+    if seeds.empty:
+        return []
+    of = lambda task, column: seeds.loc[seeds["task"] == task, column].dropna().tolist()  # noqa: E731
+    fields = dict(study="CSP", protocol=PAPER_TEXT, grid="gap", command=GAP_COMMAND)
+    rows = []
+    a, b = of("dyck1", "jump"), of("parity", "jump")
+    (diff, low, high), verdict, reason = stats.difference(
+        a, b, delta=rule_of("csp/convergence/order").delta, claim="greater")  # fmt: skip
+    rows.append(row(
+        {"parentheses": a, "parity": b}, id="csp/convergence/order",
+        claim=f"parentheses take longer than parity to converge (about 150 against 50 epochs), "
+              f"{display_name('paper')}", source="CSP paper, section 3.2", ours=diff, low=low,
+        high=high, seeds=min(len(a), len(b)), verdict=verdict, reason=reason,
+        notebook="03, grokking gap", **fields))  # fmt: skip
+    for task, paper in PAPER_PLATEAU.items():
+        values = pd.Series(of(task, "at_chance"), dtype=float)
+        rows.append(published_row(
+            values, 0, paper, bounds=stats.EPOCHS, id=f"csp/plateau/{task}",
+            claim=f"{TASK_NAME[task]} sits at chance for about {paper:.0f} epochs before it learns, "
+                  f"{display_name('paper')}", source="CSP paper, Fig. 3",
+            notebook="03, grokking gap", **fields))  # fmt: skip
+    a, b = of("mod3", "gap_100"), of("parity", "gap_100")
+    (diff, low, high), verdict, reason = stats.difference(
+        a, b, delta=rule_of("csp/gap_order").delta, claim="greater")  # fmt: skip
+    rows.append(row(
+        {"mod-3": a, "parity": b}, id="csp/gap_order",
+        claim=f"the grokking gap grows with difficulty: mod-3's is longer than parity's, "
+              f"{display_name('paper')}", source="CSP paper, section 4.2.1", ours=diff, low=low,
+        high=high, seeds=min(len(a), len(b)), verdict=verdict, reason=reason,
+        notebook="03, grokking gap", **fields))  # fmt: skip
     return rows
