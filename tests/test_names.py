@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from structattn_lite import claims, names
-from structattn_lite.report import MODEL_STYLE, model_style
+from structattn_lite.report import model_style
 
 ROOT = Path(__file__).resolve().parents[1]
 # Display names the package wrote before the table, and the authors' name for their model.
@@ -50,8 +50,8 @@ def test_names_is_the_bottom_layer():
 
 
 def test_every_figure_style_takes_its_name_from_the_table():
-    for key, style in MODEL_STYLE.items():
-        assert style["name"] == names.display_name(key), key
+    for key in names.MODELS + tuple(names.ALIASES):
+        assert model_style(key)["name"] == names.display_name(key), key
     assert model_style("upstream")["name"] == "CSP (authors' code, 3bb9f71)"
 
 

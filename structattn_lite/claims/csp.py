@@ -8,17 +8,14 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from structattn_lite import stats
+from structattn_lite import names, stats
 from structattn_lite.claims.rows import (
-    METRIC,
-    METRIC_NAME,
     PAPER_TEXT,
-    TASK_NAME,
     equivalence_row,
     read,
     row,
 )
-from structattn_lite.names import display_name
+from structattn_lite.names import PAPER_TASKS, display_name
 from structattn_lite.studies.ablations.experiment import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
 from structattn_lite.studies.ablations.report import load_results
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
@@ -33,14 +30,14 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, tabl
     for ident, words, select, published, task in cells:
         runs = frame[select(frame) & (frame["task"] == task)] if frame is not None else None
         if runs is None:
-            runs = pd.DataFrame(columns=[METRIC[task], "status"])
+            runs = pd.DataFrame(columns=[names.metric(task), "status"])
         diverged = runs["status"] == "diverged"  # its last evaluation is no trained model's
-        values = runs.loc[~diverged, METRIC[task]].dropna()
+        values = runs.loc[~diverged, names.metric(task)].dropna()
         diverged = int(diverged.sum())
         number = "(no published number)" if math.isnan(published) else f"{published:.2f}"
         rows.append(equivalence_row(
             values, diverged, published, stats.ACCURACY_MARGIN, bounds=stats.UNIT,  # accuracy, F1
-            id=ident, study="CSP", claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {number}",
+            id=ident, study="CSP", claim=f"{words}: {display_name(task)} {names.metric_name(task)} {number}",
             source=f"CSP paper, Table {table}", protocol=PAPER_TEXT, grid=grid,
             notebook="04, Tables 3 and 4", command=command,
         ))  # fmt: skip
@@ -53,7 +50,7 @@ def table3() -> list[dict]:
     cells = [
         (f"table3/{loss}/{task}", words[loss], _selector(loss=loss), PAPER_TABLE3[loss, task], task)
         for loss in ("focal", "ce")
-        for task in TASK_NAME
+        for task in PAPER_TASKS
     ]
     command = "structattn run ablations --grid paper_text --seed-batching"
     return _table_rows(read("csp_ablations_paper_text.csv"), cells, "paper_text", command, "3")
@@ -71,7 +68,7 @@ def table4() -> list[dict]:
     frame = None if both is None else both[both["loss"] == "focal"]  # Table 4 is all focal
     cells = []
     for (rotation, variant), numbers in PAPER_TABLE4.items():
-        for task, published in zip(TASK_NAME, numbers, strict=True):
+        for task, published in zip(PAPER_TASKS, numbers, strict=True):
             if math.isnan(published):
                 continue
             words = f"{display_name(variant)}, {rotation} rotation"
@@ -87,8 +84,7 @@ def table4() -> list[dict]:
 # ledger's rows.
 
 
-# The grokking rows' models, by preset, in the words of ``names.DISPLAY_NAMES``.
-MODEL_WORDS = {preset: display_name(preset) for preset in ("paper", "authors_3bb9f71")}
+GAP_PRESETS = ("paper", "authors_3bb9f71")  # the models whose grokking the ledger tests
 GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-by-epoch runs
 
 
@@ -104,7 +100,7 @@ def grokking() -> list[dict]:
     protocol = PAPER_TEXT.replace(display_name("paper"), "each model")
     command = GAP_COMMAND
     rows = []
-    for preset in MODEL_WORDS:
+    for preset in GAP_PRESETS:
         for task, paper in PAPER_GROKKING_GAP.items():
             seeds = per_seed[(per_seed["task"] == task) & (per_seed["preset"] == preset)]
             if seeds.empty:
@@ -114,8 +110,8 @@ def grokking() -> list[dict]:
             rows.append(row(
                 {"gap to 100%": seeds["gap_100"].tolist(), "gap to 99%": seeds["gap_99"].tolist()},
                 id=f"gap/{preset}/{task}", study="CSP",
-                claim=f"grokking gap (90% to 100% test accuracy), {TASK_NAME[task]}, "
-                      f"{MODEL_WORDS[preset]}: {paper[0]} ± {paper[1]} epochs",
+                claim=f"grokking gap (90% to 100% test accuracy), {display_name(task)}, "
+                      f"{display_name(preset)}: {paper[0]} ± {paper[1]} epochs",
                 source="CSP paper, section 4.2.1", published=paper[0], ours=ours, low=low,
                 high=high, seeds=len(seeds), verdict=verdict,
                 reason=f"{reason} (at 99%: {reason_99.split(';')[0]})",
@@ -129,8 +125,8 @@ def grokking() -> list[dict]:
             rows.append(row(
                 {"spike minus jump (epochs)": jumped["spike_offset"].tolist()},
                 id=f"spike/{preset}/{task}", study="CSP",
-                claim=f"the largest gradient norm coincides with the jump, {TASK_NAME[task]}, "
-                      f"{MODEL_WORDS[preset]}",
+                claim=f"the largest gradient norm coincides with the jump, {display_name(task)}, "
+                      f"{display_name(preset)}",
                 source="CSP paper, section 4.2.1", ours=at / max(len(jumped), 1),
                 low=stats.share_interval(at, len(jumped))[0] if len(jumped) else math.nan,
                 high=stats.share_interval(at, len(jumped))[1] if len(jumped) else math.nan,

@@ -15,27 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from structattn_lite import stats
+from structattn_lite import names, stats
 from structattn_lite.config import results_dir
 from structattn_lite.report import count_range, format_mean_sd
 from structattn_lite.studies.ablations.experiment import (
     COMMITTED_CSV,
-    METRIC,
     PAPER_TABLE3,
     PAPER_TABLE4,
     TASKS,
 )
 
 PAPER_SIZE = (COMMITTED_CSV["paper_text"], COMMITTED_CSV["paper_table4"])
-TASK_TITLES = {"parity": "parity (acc)", "mod3": "mod-3 (acc)", "dyck1": "parentheses (F1)"}
-
-
-# What each loss name means in a table (the focal alpha convention is explicit).
-LOSS_NAMES = {
-    "focal": "focal loss (alpha 0.25 on class 1, 0.75 on class 0: Lin et al.)",
-    "focal_constant": "focal loss (alpha 0.25 on every class: the authors')",
-    "ce": "cross-entropy",
-}
 
 
 def load_results(
@@ -59,7 +49,7 @@ def cell_stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     task), and the ledger's verdict against the paper's number. A diverged run's last
     evaluation is no trained model's, so its metric is left out and counted instead."""
     df = df.assign(
-        value=[r[METRIC[r["task"]]] if r["status"] != "diverged" else math.nan
+        value=[r[names.metric(r["task"])] if r["status"] != "diverged" else math.nan
                for _, r in df.iterrows()],
         diverged=df["status"] == "diverged",
     )  # fmt: skip
@@ -167,14 +157,14 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             continue
         ours, sd, seeds = table[(task, "ours")], table[(task, "sd")], table[(task, "seeds")]
         diverged = table[(task, "diverged")]
-        out[(TASK_TITLES[task], "ours")] = [
+        out[(names.title(task), "ours")] = [
             f"diverged ({d} of {d + k})" if d and not k else format_mean_sd(m, s, k)
             for m, s, k, d in zip(ours, sd, seeds, diverged, strict=True)
         ]
-        out[(TASK_TITLES[task], "paper")] = [
+        out[(names.title(task), "paper")] = [
             "-" if math.isnan(p) else f"{p:.2f}" for p in table[(task, "paper")]
         ]
-        out[(TASK_TITLES[task], "verdict")] = table[(task, "verdict")]
+        out[(names.title(task), "verdict")] = table[(task, "verdict")]
     out.columns = pd.MultiIndex.from_tuples(out.columns)
     return out
 
@@ -203,6 +193,6 @@ def grid_caption(df: pd.DataFrame) -> str:
 
 def _losses(losses: list[str]) -> str:
     """The losses a grid trained with, in words (a table's rows name them by the display
-    name, ``names.DISPLAY_NAMES``; this says what each one is)."""
-    words = [LOSS_NAMES[loss] for loss in losses if loss in LOSS_NAMES]
+    name; this says what each one is, ``names.gloss``)."""
+    words = [names.gloss(loss) for loss in losses]
     return f"; {'losses' if len(words) > 1 else 'loss'}: {', '.join(words)}" if words else ""

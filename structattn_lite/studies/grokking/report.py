@@ -12,7 +12,7 @@ import torch
 from IPython.display import display
 from matplotlib.lines import Line2D
 
-from structattn_lite import stats
+from structattn_lite import names, stats
 from structattn_lite.models import CSP_PRESETS
 from structattn_lite.models.csp import CSP
 from structattn_lite.names import display_name
@@ -28,7 +28,6 @@ GAP_METRIC = "test_seq_acc"
 SPIKE_WINDOW = 2  # a spike "at the jump" falls within this many epochs of it
 
 
-CHANCE = {"parity": 0.5, "mod3": 2 / 3, "dyck1": 0.5}  # majority class of the whole string
 PLATEAU_ABOVE_CHANCE = 0.1  # an epoch "at chance" scores below chance + this
 PLATEAU_EPOCHS = 2  # a grokking phase: at least this many epochs at chance before the jump
 
@@ -41,7 +40,7 @@ def seed_gaps(history: pd.DataFrame, task: str) -> dict:
     first = {level: jump_epoch(history, level) for level in (0.9, 0.99, 1.0)}
     jump = first[0.9]
     before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
-    plateau = sum(a < CHANCE[task] + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
+    plateau = sum(a < names.chance(task) + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
     spike = int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
     return {
         "jump": jump,
