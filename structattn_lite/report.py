@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from structattn_lite import names
-from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir
+from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir, results_dir
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
 #
@@ -158,6 +158,28 @@ def save_figure(
         return [png]
     fig.savefig(stem.with_suffix(".pdf"), bbox_inches="tight", pad_inches=0.02, metadata=_PDF_META)
     return [png, stem.with_suffix(".pdf")]
+
+
+# --- the ledger's words: every verdict a table shows is read from claims.csv by row id ---
+NO_ROW = "–"  # what a table shows for a cell the committed ledger has no row for
+
+
+def ledger_rows() -> pd.DataFrame:
+    """The committed ledger (``data/results/claims.csv``, under ``STRUCTATTN_RESULTS``),
+    indexed by row id: what notebook tables read verdicts, intervals, seed counts and
+    reasons from, never recomputing them (an empty table when the file is missing)."""
+    path = results_dir() / "claims.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=["verdict", "reason", "ours", "low", "high", "seeds"])
+    return pd.read_csv(path).set_index("id")
+
+
+def ledger_interval(row: pd.Series) -> str:
+    """A ledger row's number as its tables print it: "0.996 [0.993, 0.998] (10 seeds)"."""
+    if pd.isna(row["ours"]):
+        return f"– ({row['seeds']} seeds)"
+    interval = "" if pd.isna(row["low"]) else f" [{row['low']:.3f}, {row['high']:.3f}]"
+    return f"{row['ours']:.3f}{interval} ({row['seeds']} seeds)"
 
 
 # One colour per verdict of the ledger's vocabulary (stats.VERDICTS), in every figure.
