@@ -121,14 +121,33 @@ _WORDS = {
     "layer0": Entry("layer 0"),
     "layer1": Entry("layer 1"),
     "metric": Entry("the metric's parameters"),
+    # the matroidal metric's sizes m, as the attention card's best-m row compares them
+    "m=1d": Entry("m=d"),
+    "m=2d": Entry("m=2d"),
+    "m=4d": Entry("m=4d"),
     # the length study's three accuracies at a length L
     "seq_acc": Entry("whole string"),
     "unseen_acc": Entry("beyond the training length"),
     "all_acc": Entry("all positions"),
-    # the ablation grids a caption names (`structattn run ablations --grid <key>`)
-    "paper_text": Entry("the paper text's grid (Table 3; Table 4's full model)"),
-    "paper_table4": Entry("Table 4's grid (its other rows)"),
 }  # fmt: skip
+
+# The ablation grids a caption names (`structattn run ablations --grid <key>`); apart from
+# ENTRIES, as "paper" names the profile's grid here and the text's model there.
+ABLATION_GRIDS = {
+    "paper_text": "Table 3's grid",
+    "paper_table4": "Table 4's grid",
+    "smoke": "the smoke profile's grid",
+    "quick": "the quick profile's grid",
+    "paper": "the paper profile's grid",
+}
+
+
+def ablation_grid(grid: str) -> str:
+    """An ablation grid in words; an unregistered one is a one-line error."""
+    if grid not in ABLATION_GRIDS:
+        raise ValueError(f"grid={grid!r} has no entry in names.ABLATION_GRIDS: register it there")
+    return ABLATION_GRIDS[grid]
+
 
 # --- who made the claims: the findings group the ledger's rows by their id's prefix -------
 _PAPER = "the CSP paper (Tables 3 and 4, grokking gaps, gradient-norm spikes)"

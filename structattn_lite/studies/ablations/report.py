@@ -196,7 +196,7 @@ def grid_caption(df: pd.DataFrame) -> str:
     read = "validation" if validated else "test (this grid predates the validation split)"
     stop = f", early stop after {int(hold[0])} epochs at 100% {read} accuracy" if len(hold) else ""
     return (
-        f"grid {' + '.join(repr(g) for g in dict.fromkeys(df['grid']))}: {len(df)} runs in "
+        f"{' + '.join(names.ablation_grid(g) for g in dict.fromkeys(df['grid']))}: {len(df)} runs in "
         f"{len(per_cell)} cells, {spread} seeds per cell "
         f"(seeds {seeds}); up to "
         f"{int(df['epochs'].max())} epochs (mean run {df['epochs_run'].mean():.0f}){stop}; "
