@@ -23,13 +23,13 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from structattn_lite import claims, stats
+from structattn_lite import claims, names, stats
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.claims.rules import CONFIRMATORY, EXPLORATORY
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
-from structattn_lite.report import MODEL_STYLE, VERDICT_COLOR, figure_size, save_figure
+from structattn_lite.report import VERDICT_COLOR, figure_size, save_figure
 from structattn_lite.studies.grokking.experiment import committed_records
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
 from structattn_lite.studies.length.authors import AUTHORS_TASK
@@ -218,15 +218,6 @@ def in_short(table: pd.DataFrame | None = None) -> str:
     return "\n".join(lines)
 
 
-GROUPS = {  # who made the claims -> the ledger ids' prefixes
-    "the CSP paper (Tables 3 and 4, grokking gaps, gradient-norm spikes, its curves)": (
-        "table3", "table4", "gap", "spike", "csp"),
-    "the authors' README length table (their CSP-Vanilla row)": ("authors",),
-    "the wider field (Grazzi et al.; the Chomsky-hierarchy paper) on parity at length": (
-        "grazzi", "chomsky"),
-    "the attention card (its hypothesis, and what it computes from the paper)": (
-        "attention", "theory"),
-}  # fmt: skip
 NOT_RUN = "not run yet"  # the reason of a claim no committed record decides (stats.decide)
 FIGURES = ("findings_ledger", "findings_attention", "findings_grokking", "findings_length")
 
@@ -239,17 +230,16 @@ def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
     """One row per source of claims and one for all of them: how many claims, how many of
     each verdict, and how many confirmatory (the rule committed before the runs) and
     exploratory; a row that repeats another's claim on the same runs (``SAME_RUNS``) is
-    counted once."""
+    counted once. A source ``names.SOURCE_GROUPS`` does not list is a group of its own."""
     repeated = cited_rows(table, list(SAME_RUNS))["id"]
     table = table[~table["id"].isin(repeated)]
-    groups = {words: claims.by_source(table, prefixes) for words, prefixes in GROUPS.items()}
-    known = {p for prefixes in GROUPS.values() for p in prefixes}
-    other = table[~table["id"].str.split("/").str[0].isin(known)]
+    prefix = table["id"].str.split("/").str[0]
+    group = [names.source_group(p, s) for p, s in zip(prefix, table["source"], strict=True)]
+    groups = {words: table[[g == words for g in group]] for words in dict.fromkeys(group)}
     rows = [{"claims from": words, "claims": len(g), **claims.counts(g),
              CONFIRMATORY: int((g["evidence"] == CONFIRMATORY).sum()),
              EXPLORATORY: int((g["evidence"] == EXPLORATORY).sum())}
-            for words, g in {**groups, "other sources": other, "all sources": table}.items()
-            if len(g)]  # fmt: skip
+            for words, g in {**groups, "all sources": table}.items() if len(g)]  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -445,10 +435,10 @@ def grokking_figure():
     the 90%, 99% and 100% levels are named in the legend, and each task's title says how
     many seeds ever reached 100%."""
     records = [r for r in committed_records("gap") if r.config["preset"] == "paper"]
-    tasks = list(claims.TASK_NAME)
+    tasks = names.PAPER_TASKS
     fig, axes = plt.subplots(2, 3, figsize=figure_size(2, height=3.6), sharex="col",
                              gridspec_kw={"height_ratios": (3, 2)})  # fmt: skip
-    style = MODEL_STYLE["csp_paper"]
+    style = names.style("csp_paper")
     for (top, zoom), task in zip(axes.T, tasks, strict=True):
         runs = [r for r in records if r.config["task"] == task and len(r.history)]
         for r in runs:
@@ -459,7 +449,7 @@ def grokking_figure():
             for level, ls in LEVELS.items():  # the levels a gap is read between
                 ax.axhline(level, color="#555555", ls=ls, lw=0.6)
         reached = sum(bool((r.history[GAP_METRIC] >= 1.0).any()) for r in runs)
-        top.set_title(f"{claims.TASK_NAME[task]}: {reached} of {len(runs)} seeds reach 100%")
+        top.set_title(f"{display_name(task)}: {reached} of {len(runs)} seeds reach 100%")
         top.set_ylim(0.4, 1.02)
         zoom.set_ylim(ZOOM[0], ZOOM[1] + 0.002)
         zoom.set_xlabel("epoch")
@@ -486,7 +476,7 @@ def length_figure():
     fig, ax = plt.subplots(figsize=figure_size(1, height=2.3))
     for model in LENGTH_MODELS:
         at = parity[parity["model"] == model].groupby("length")["seq_acc"].mean()
-        style = MODEL_STYLE[model]
+        style = names.style(model)
         ax.plot(at.index, at.values, color=style["color"], marker=style["marker"], ms=2.5,
                 markevery=4, lw=1, label=style["name"])  # fmt: skip
     ax.axvline(16, color="#555555", ls=":", lw=0.6)

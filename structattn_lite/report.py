@@ -21,8 +21,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir
-from structattn_lite.names import DISPLAY_NAMES, display_name
+from structattn_lite import names
+from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir, results_dir
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
 #
@@ -35,8 +35,6 @@ PAGE_HEIGHT = 9.0  # inches of text on a page: no figure is taller
 # Grey is the "undecided" verdict's colour (VERDICT_COLOR): no line of the default cycle
 # (a seed, a support) and no model takes it, so the palette's grey is left out.
 PALETTE = [c for c in sns.color_palette("colorblind") if len(set(c)) > 1]
-LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 STYLE = {
     "axes.prop_cycle": cycler(color=PALETTE),
     "image.cmap": "viridis",
@@ -72,44 +70,12 @@ def figure_size(columns: int = 2, height: float | None = None) -> tuple[float, f
 
 use_style()
 
-# One colour per model or variant, the same in every figure, no two alike and none grey
-# (grey is "undecided"). The first nine are seaborn's colour-blind-safe palette; the rest
-# (Paul Tol's and Okabe-Ito-like hues) replace the palette's repeats past its tenth colour,
-# which gave the diagonal RNN [0, 1] and the authors' 7d6c56a the same pink and two
-# models the verdict's grey.
-MODEL_COLOR = {
-    "csp_paper": "#0173b2", "csp_code_switches": "#de8f05", "csp_authors": "#029e73",
-    "lstm": "#d55e00", "gru": "#cc78bc", "transformer": "#ca9161", "diag_rnn": "#fbafe4",
-    "diag_rnn_neg": "#882255", "complex_rnn": "#ece133", "dot": "#56b4e9", "dense": "#004949",
-    "matroidal m=2d": "#b66dff", "dense (sep q/k)": "#66a61e", "matroidal m=1d": "#ee3377",
-    "matroidal m=4d": "#920000", "matroidal m=2d (sep q/k)": "#005aff",
-    "csp_authors_7d6c56a": "#332288", "authors_befce39": "#6b3e26",
-}  # fmt: skip
-
-# One display name (``names.DISPLAY_NAMES``), colour, dash and marker per model or variant,
-# in every figure (issue: colours by list position changed between figures). Keys are only
-# ever appended: a dash and marker are fixed by the key's place in this list, so they never
-# move.
-STYLED_MODELS = tuple(MODEL_COLOR)
-MODEL_STYLE = {
-    name: {"name": display_name(name), "color": MODEL_COLOR[name],
-           "marker": MARKERS[i % len(MARKERS)], "ls": LINESTYLES[i % len(LINESTYLES)]}
-    for i, name in enumerate(STYLED_MODELS)
-}  # fmt: skip
-# A CSP preset (the grokking and ablation grids' name) is the length study's model of it.
-MODEL_STYLE |= {preset: MODEL_STYLE[model] for preset, model in {
-    "paper": "csp_paper", "code_switches": "csp_code_switches",
-    "authors_3bb9f71": "csp_authors", "upstream": "csp_authors",
-    "authors_7d6c56a": "csp_authors_7d6c56a",
-}.items()}  # fmt: skip
-
 
 def model_style(name: str) -> dict:
-    """``MODEL_STYLE[name]`` (its display ``name``, ``color``, ``ls`` and ``marker``); a
-    model without an entry is an error naming the table, not a colour by position."""
-    if name not in MODEL_STYLE:
-        raise ValueError(f"{name!r} has no entry in report.MODEL_STYLE; append one")
-    return MODEL_STYLE[name]
+    """A model's or variant's display ``name``, ``color``, ``ls`` and ``marker``
+    (``names.style``); a model without an entry there is an error, not a colour by
+    position."""
+    return names.style(name)
 
 
 def model_handles(models) -> list[Line2D]:
@@ -124,26 +90,25 @@ def count_range(counts: pd.Series) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
-# A table's key columns whose values are code keys, and the header each is shown under.
-WORDED_COLUMNS = {"preset": "model", "model": "model", "variant": "variant", "task": "task",
-                  "loss": "loss"}  # fmt: skip
-
-
 def in_words(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` as a reader sees it: each code key in a key column (``WORDED_COLUMNS``, in
-    the index or among the columns) shown as its display name (``names.DISPLAY_NAMES``),
-    and "preset" headed "model". A value the table does not know stays as it is."""
+    """``table`` as a reader sees it: each code key in a key column (``names.COLUMNS``, in
+    the index or among the columns) shown as its display name, and "preset" headed
+    "model". A value already in words passes; any other unregistered value is an error
+    (``names.entry``), never shown as a code key."""
+    shown = set(names.DISPLAY_NAMES.values())
 
     def word(value):
-        return DISPLAY_NAMES.get(value, value) if isinstance(value, str) else value
+        if not isinstance(value, str) or value in shown and value not in names.ENTRIES:
+            return value
+        return names.display_name(value)
 
     out = table.copy()
-    for column in [c for c in out.columns if c in WORDED_COLUMNS]:
+    for column in [c for c in out.columns if c in names.COLUMNS]:
         out[column] = out[column].map(word)
-    for level in [n for n in out.index.names if n in WORDED_COLUMNS]:
+    for level in [n for n in out.index.names if n in names.COLUMNS]:
         out = out.rename(index=word, level=level)
-    return out.rename_axis(index=[WORDED_COLUMNS.get(n, n) for n in out.index.names]).rename(
-        columns={c: WORDED_COLUMNS[c] for c in out.columns if c in WORDED_COLUMNS}
+    return out.rename_axis(index=[names.COLUMNS.get(n, n) for n in out.index.names]).rename(
+        columns={c: names.COLUMNS[c] for c in out.columns if c in names.COLUMNS}
     )
 
 
@@ -193,6 +158,28 @@ def save_figure(
         return [png]
     fig.savefig(stem.with_suffix(".pdf"), bbox_inches="tight", pad_inches=0.02, metadata=_PDF_META)
     return [png, stem.with_suffix(".pdf")]
+
+
+# --- the ledger's words: every verdict a table shows is read from claims.csv by row id ---
+NO_ROW = "–"  # what a table shows for a cell the committed ledger has no row for
+
+
+def ledger_rows() -> pd.DataFrame:
+    """The committed ledger (``data/results/claims.csv``, under ``STRUCTATTN_RESULTS``),
+    indexed by row id: what notebook tables read verdicts, intervals, seed counts and
+    reasons from, never recomputing them (an empty table when the file is missing)."""
+    path = results_dir() / "claims.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=["verdict", "reason", "ours", "low", "high", "seeds"])
+    return pd.read_csv(path).set_index("id")
+
+
+def ledger_interval(row: pd.Series) -> str:
+    """A ledger row's number as its tables print it: "0.996 [0.993, 0.998] (10 seeds)"."""
+    if pd.isna(row["ours"]):
+        return f"– ({row['seeds']} seeds)"
+    interval = "" if pd.isna(row["low"]) else f" [{row['low']:.3f}, {row['high']:.3f}]"
+    return f"{row['ours']:.3f}{interval} ({row['seeds']} seeds)"
 
 
 # One colour per verdict of the ledger's vocabulary (stats.VERDICTS), in every figure.
@@ -404,7 +391,7 @@ def browser(
     def labelled(name, values):  # a named control's options: (display name, code key)
         if name not in NAMED_CONTROLS:
             return values
-        return [(DISPLAY_NAMES.get(v, str(v)), v) for v in values]
+        return [(names.display_name(v) if isinstance(v, str) else str(v), v) for v in values]
 
     def dropdown(name, values):
         options = labelled(name, values)
@@ -417,12 +404,12 @@ def browser(
             style={"description_width": "initial"},
         )
 
-    names = list(sources)  # sources keep the caller's order (the profile's runs first)
+    shown = list(sources)  # sources keep the caller's order (the profile's runs first)
     source = widgets.Dropdown(
-        options=names,
-        value=names[0],
+        options=shown,
+        value=shown[0],
         description="source",
-        layout=widgets.Layout(width=f"{max(map(len, names)) + 14}ch"),
+        layout=widgets.Layout(width=f"{max(map(len, shown)) + 14}ch"),
         style={"description_width": "initial"},
     )
     first = choices(sources[source.value])
@@ -456,6 +443,6 @@ def browser(
         w.observe(redraw, names="value")
     redraw()
     # one source is a fact, not a choice: a label, not a dropdown with one option
-    shown = source if len(names) > 1 else widgets.Label(f"source: {names[0]}")
-    controls = [shown, *pickers.values(), *fixed.values()]
+    picker = source if len(shown) > 1 else widgets.Label(f"source: {shown[0]}")
+    controls = [picker, *pickers.values(), *fixed.values()]
     return widgets.VBox([widgets.HBox(controls, layout=widgets.Layout(flex_flow="row wrap")), out])

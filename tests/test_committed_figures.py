@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from structattn_lite import committed_figures, report
+from structattn_lite import committed_figures, names, report
 from structattn_lite.config import repo_root
 
 FIGURES = repo_root() / "figures"  # the checkout's, not $STRUCTATTN_FIGURES
@@ -78,7 +78,7 @@ def test_unknown_names_and_missing_profiles_are_errors():
         committed_figures.draw("nope")
     with pytest.raises(ValueError, match="needs profile="):
         report.save_figure(Figure(), "x", "y")
-    with pytest.raises(ValueError, match="has no entry in report.MODEL_STYLE"):
+    with pytest.raises(ValueError, match="no_such_model' has no entry in names"):
         report.model_style("no_such_model")
 
 
@@ -121,7 +121,10 @@ def test_no_two_models_share_a_colour_and_none_is_grey():
     from matplotlib.colors import rgb_to_hsv, to_hex, to_rgb
 
     models = {}  # a preset shares its model's entry: one colour, counted once
-    for name, style in report.MODEL_STYLE.items():
+    for name in names.ENTRIES:
+        if names.ENTRIES[name].color is None:
+            continue
+        style = report.model_style(name)
         models.setdefault(id(style), (name, to_hex(style["color"])))
     owner: dict[str, str] = {}
     for name, colour in models.values():

@@ -57,6 +57,8 @@ def test_guide_names_only_what_the_page_has(dashboard):
     for name in re.findall(r"\*\*(\w+)\*\*", guide):
         assert name in labels, f"{notebook.name}: the guide names control {name!r}; page: {labels}"
     for word in re.findall(r"`([^`\n]+)`", guide):
+        if word in options:  # an option may hold a slash ("the authors' README (hilhert/CSP)")
+            continue
         if "/" in word or word.endswith((".csv", ".gz", ".ipynb", ".json")):
             assert (bs.REPO / word).exists(), f"{notebook.name}: the guide names a missing {word}"
         else:

@@ -456,13 +456,19 @@ def test_committed_tables_read_as_words(name, tmp_path):
     assert not re.search(r"\b(ce|focal): ", caption)
 
 
-def test_in_words_shows_display_names_and_keeps_what_it_does_not_know():
+def test_in_words_shows_display_names_and_refuses_a_key_it_does_not_know():
     import pandas as pd
 
-    frame = pd.DataFrame({"preset": ["paper", "mystery"], "task": ["mod3", "dyck1"],
+    frame = pd.DataFrame({"preset": ["paper", "upstream"], "task": ["mod3", "dyck1"],
                           "seeds": [5, 3]}).set_index(["preset", "task"])  # fmt: skip
     shown = report.in_words(frame)
     assert list(shown.index.names) == ["model", "task"]
-    assert list(shown.index) == [("CSP (paper text)", "mod-3"), ("mystery", "parentheses")]
+    assert list(shown.index) == [("CSP (paper text)", "mod-3"),
+                                 ("CSP (authors' code, 3bb9f71)", "parentheses")]  # fmt: skip
     assert list(shown["seeds"]) == [5, 3]
     assert list(frame.index.get_level_values("task")) == ["mod3", "dyck1"]  # not changed
+    assert report.in_words(shown).equals(shown)  # words stay words
+    # an unregistered key is a one-line error, never shown as it is
+    mystery = frame.rename(index={"upstream": "mystery"})
+    with pytest.raises(ValueError, match=r"^key='mystery' has no entry in names\.DISPLAY_NAMES"):
+        report.in_words(mystery)

@@ -70,8 +70,9 @@ def test_the_counts_take_a_claim_on_the_same_runs_once_and_split_the_evidence():
     assert total["confirmatory"] + total["exploratory"] == total["claims"]
     assert total[list(stats.VERDICTS)].sum() == total["claims"]
     # a source the groups do not list is counted, not hidden
-    odd = pd.concat([table, table.iloc[[0]].assign(id="newpaper/x")], ignore_index=True)
-    assert findings.verdict_counts(odd).set_index("claims from").loc["other sources", "claims"] == 1
+    odd = pd.concat([table, table.iloc[[0]].assign(id="newpaper/x", source="a new paper")],
+                    ignore_index=True)  # fmt: skip
+    assert findings.verdict_counts(odd).set_index("claims from").loc["a new paper", "claims"] == 1
 
 
 def ledger_rows(text: str) -> pd.DataFrame:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from structattn_lite import claims, names
-from structattn_lite.report import MODEL_STYLE, model_style
+from structattn_lite.config import results_dir
+from structattn_lite.report import model_style
 
 ROOT = Path(__file__).resolve().parents[1]
 # Display names the package wrote before the table, and the authors' name for their model.
@@ -50,8 +52,8 @@ def test_names_is_the_bottom_layer():
 
 
 def test_every_figure_style_takes_its_name_from_the_table():
-    for key, style in MODEL_STYLE.items():
-        assert style["name"] == names.display_name(key), key
+    for key in names.MODELS + tuple(names.ALIASES):
+        assert model_style(key)["name"] == names.display_name(key), key
     assert model_style("upstream")["name"] == "CSP (authors' code, 3bb9f71)"
 
 
@@ -118,3 +120,89 @@ def test_every_task_and_loss_the_package_trains_has_a_display_name():
 
     for key in (*TASKS, *LOSSES):
         assert names.display_name(key) != key or key == "parity", key
+
+
+# Code keys a reader must never meet in a figure, a table or a page: the authors' model's
+# keys, the grids' and the attention variants' raw spellings.
+CODE_KEYS = re.compile(
+    r"upstream|authors_3bb9f71|csp_authors|csp_paper|code_switches|paper_text|paper_table4"
+    r"|sep q/k|m=1d|diag_rnn|mod3_authors|dyck1_authors|focal_constant|ce_all_positions"
+)
+
+
+def figure_text(fig) -> list[str]:
+    """Every string matplotlib was given for ``fig``: titles, labels, ticks, legends, texts
+    and table cells (all are Text artists)."""
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
+
+
+def frame_text(frame) -> list[str]:
+    """Every string a table shows: its headers, index and cells."""
+    index = [str(v) for v in frame.index.to_flat_index()] + [str(n) for n in frame.index.names]
+    return [*map(str, frame.columns.to_flat_index()), *index, *map(str, frame.values.ravel())]
+
+
+def _keys_in(strings) -> list[str]:
+    """The strings that show a code key. A ledger row id ("grazzi/diag_rnn", cited as the
+    README cites it) and a `code span` (a command or grid to type) are names to type, not
+    words to read, and are left out."""
+    ids = sorted(pd.read_csv(results_dir() / "claims.csv")["id"], key=len, reverse=True)
+    cited = re.compile("|".join(map(re.escape, ids)))
+    words = [cited.sub("<row id>", re.sub(r"`[^`]*`", "`typed`", s)) for s in strings]
+    return sorted({s for s in words if CODE_KEYS.search(s)})
+
+
+@pytest.mark.parametrize("name", sorted(__import__("structattn_lite.committed_figures",
+                                                   fromlist=["FIGURES"]).FIGURES))  # fmt: skip
+def test_no_committed_figure_shows_a_code_key(name):
+    """The strings each committed figure or table is drawn from (its Text artists; a
+    table's frame, as written, and its caption) hold no code key."""
+    import matplotlib.pyplot as plt
+
+    from structattn_lite import committed_figures as cf
+    from structattn_lite.report import in_words, table_figure
+
+    drawn = cf.draw(name)
+    if isinstance(drawn, cf.Table):
+        shown = in_words(drawn.frame)
+        fig = table_figure(shown, drawn.caption)
+        strings = [*frame_text(shown), drawn.caption, *figure_text(fig)]
+    else:
+        fig, strings = drawn, figure_text(drawn)
+    plt.close(fig)
+    assert strings, name
+    assert not _keys_in(strings), f"{name} shows code keys: {_keys_in(strings)}"
+
+
+def test_no_findings_figure_shows_a_code_key():
+    import matplotlib.pyplot as plt
+
+    from structattn_lite import claims, findings
+
+    table = claims.committed()
+    drawn = {"ledger": lambda: findings.ledger_figure(table),
+             "attention": lambda: findings.attention_figure(table),
+             "grokking": findings.grokking_figure, "length": findings.length_figure}  # fmt: skip
+    for name, draw in drawn.items():
+        fig = draw()
+        strings = figure_text(fig)
+        plt.close(fig)
+        assert strings and not _keys_in(strings), f"{name}: {_keys_in(strings)}"
+
+
+def test_no_claims_dashboard_page_shows_a_code_key():
+    """Each claim's page of dashboard 4: its dropdowns, its Markdown and its figure."""
+    import matplotlib.pyplot as plt
+
+    from structattn_lite.claims import browser
+
+    table = browser.rows()
+    strings = [*browser.sources(table), *table["claim"], browser.what_to_show(table)]
+    for _, row in table.iterrows():
+        strings.append(browser.describe(row))
+        fig = browser.claim_figure(row)
+        strings += figure_text(fig)
+        plt.close(fig)
+    assert not _keys_in(strings), _keys_in(strings)[:5]

@@ -15,7 +15,7 @@ import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.claims import attention, csp, length, theory
-from structattn_lite.claims.rows import COLUMNS, TASK_NAME
+from structattn_lite.claims.rows import COLUMNS
 from structattn_lite.config import results_dir
 from structattn_lite.studies.grokking.report import gap_verdict, seed_gaps
 

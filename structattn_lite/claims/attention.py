@@ -183,8 +183,7 @@ def fresh_finals():
     return finals if complete else None
 
 
-SMOOTHER_GROUPS = {"total": "all parameters", "layer0": "layer 0", "layer1": "layer 1",
-                   "metric": "the metric's parameters"}  # fmt: skip
+SMOOTHER_GROUPS = ("total", "layer0", "layer1", "metric")  # names.py says each in words
 
 
 def attention() -> list[dict]:
@@ -225,14 +224,14 @@ def attention() -> list[dict]:
             f"than {name(dense)} (within {bpc})",
             lambda delta, a=a, b=b: stats.difference(a, b, delta=delta, claim="not_worse"),
             {dense: a, mat: b}, seeds=min(len(a), len(b))))  # fmt: skip
-        for group, where in SMOOTHER_GROUPS.items():  # the whole model, each layer, the metric
+        for group in SMOOTHER_GROUPS:  # the whole model, each layer, the metric
             key = f"attention/smoother/{ident}" + ("" if group == "total" else f"/{group}")
             a = col("main", mat, f"gnv_{group}", ident=key)
             b = col("main", dense, f"gnv_{group}", ident=key)
             rows.append(attention_row(
                 key,
                 f"{name(mat)}: smoother training than {name(dense)} (lower gradient-norm variance after "
-                f"warmup, {where})",
+                f"warmup, {name(group)})",
                 lambda delta, a=a, b=b: stats.difference(a, b, delta=delta, claim="less", log=True),
                 {mat: a, dense: b}, seeds=min(len(a), len(b))))  # fmt: skip
     ours, dense = col("main", m, "params_metric"), col("main", "dense", "params_metric")

@@ -1,5 +1,9 @@
 """The claims dashboard: pick a claim, see the paper's number, ours seed by seed, the
-interval, the verdict and its rule, and the runs' curves where the records keep them."""
+interval, the verdict and its rule, and the runs' curves where the records keep them.
+
+Every number, verdict, reason and command it prints is the committed ledger's
+(``claims.committed()``, ``data/results/claims.csv``), read by row id; only the per-seed
+dots come from the records. A source is any value of the ledger's ``source`` column."""
 
 from __future__ import annotations
 
@@ -9,19 +13,13 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from structattn_lite.claims import ledger
+from structattn_lite import names
+from structattn_lite.claims import committed, ledger
 from structattn_lite.claims.csp import GAP_COMMAND
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.report import VERDICT_COLOR, figure_size
 from structattn_lite.studies.grokking.experiment import committed_records
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
-
-GROUPS = {
-    "table3": "CSP paper, Table 3", "table4": "CSP paper, Table 4",
-    "gap": "CSP paper, grokking gap", "spike": "CSP paper, gradient-norm spike",
-    "authors": "the authors' README", "grazzi": "Grazzi et al.", "chomsky": "Chomsky hierarchy",
-    "attention": "the attention card",
-}  # fmt: skip
 
 
 def _number(x, digits: int = 3) -> str:
@@ -39,9 +37,18 @@ def describe(row: pd.Series) -> str:
         f"- verdict: **{row['verdict']}**: {row['reason']}",
         f"- rule: {row['rule']}",
         f"- protocol: {row['protocol']} (grid `{row['grid']}`)",
-        f"- reproduce: `{row['command']}`; notebook {row['notebook']}",
+        f"- reproduce: `{runnable(row['command'])}`; notebook {row['notebook']}",
         *_curves_line(row),
     ])  # fmt: skip
+
+
+def runnable(command: str) -> str:
+    """A ledger command as it runs from the repository after ``make study``: each
+    ``structattn`` call through the project's environment (``.venv/bin/structattn``)."""
+    return " && ".join(
+        f".venv/bin/{part.strip()}" if part.strip().startswith("structattn ") else part.strip()
+        for part in str(command).split("&&")
+    )
 
 
 CURVES_GRID = "gap"  # the grid whose records keep every epoch, the curves' source
@@ -64,7 +71,7 @@ def _curves_line(row: pd.Series) -> list[str]:
     if curve_source(row["id"]) is None or row["grid"] == CURVES_GRID:
         return []
     return [f"- the curves (right) are separate runs of the same model and protocol, from "
-            f"grid `{CURVES_GRID}`; reproduce them: `{GAP_COMMAND}`"]  # fmt: skip
+            f"grid `{CURVES_GRID}`; reproduce them: `{runnable(GAP_COMMAND)}`"]  # fmt: skip
 
 
 def _curves(ax, ident: str) -> bool:
@@ -106,7 +113,9 @@ def claim_figure(row: pd.Series):
         y = np.asarray([v for v in values if v is not None], dtype=float)
         ax.scatter(np.full(len(y), i) + np.linspace(-0.12, 0.12, len(y)), y, s=14,
                    color=color if i == 0 else "#4d4d4d", zorder=3)  # fmt: skip
-    ax.set_xticks(range(len(row["values"])), list(row["values"]), fontsize=6)
+    sides = [_side(key) for key in row["values"]]
+    ax.set_xticks(range(len(sides)), sides, fontsize=6)
+    ax.set_ylabel("each seed's number" if sides == ["ours"] else "each seed's number (per side)")
     if not pd.isna(row["published"]):
         ax.axhline(row["published"], color="#2166ac", lw=1, label="published")
     if len(row["values"]) == 1 and not pd.isna(row["low"]):
@@ -124,19 +133,36 @@ def claim_figure(row: pd.Series):
     return fig
 
 
+def _side(key: str) -> str:
+    """A side of a comparison as the seed panel labels it: a model or variant by its
+    display name, anything else ("ours", "gap to 100%") as the ledger words it."""
+    return names.display_name(key) if key in names.ENTRIES else key
+
+
+def rows() -> pd.DataFrame:
+    """The committed ledger's rows (``claims.csv``, as written), each with the per-seed
+    values behind it from the records (an empty dict where the records hold none)."""
+    values = ledger(values=True).set_index("id")["values"]
+    table = committed()
+    return table.assign(values=[values.get(i, {}) for i in table["id"]])
+
+
+def sources(table: pd.DataFrame) -> list[str]:
+    """The ledger's sources of claims, in the ledger's order: every one, none hidden."""
+    return list(dict.fromkeys(table["source"]))
+
+
 def claims_browser(table: pd.DataFrame | None = None) -> widgets.Widget:
     """Two dropdowns, source then claim; the row, its seeds and its curves beneath."""
-    table = ledger(values=True) if table is None else table
-    table = table.assign(group=table["id"].str.split("/").str[0])
-    names = {GROUPS[g]: g for g in dict.fromkeys(table["group"]) if g in GROUPS}
-    source = widgets.Dropdown(options=list(names), description="source")
+    table = rows() if table is None else table
+    source = widgets.Dropdown(options=sources(table), description="source")
     claim = widgets.Dropdown(description="claim", layout=widgets.Layout(width="60%"))
     out = widgets.Output(layout=widgets.Layout(overflow="auto"))
 
     def pick_source(*_):
-        rows = table[table["group"] == names[source.value]]
-        claim.options = list(zip(rows["claim"], rows["id"], strict=True))
-        claim.value = rows["id"].iloc[0]  # a new source opens on its first claim
+        picked = table[table["source"] == source.value]
+        claim.options = list(zip(picked["claim"], picked["id"], strict=True))
+        claim.value = picked["id"].iloc[0]  # a new source opens on its first claim
 
     def redraw(*_):
         out.clear_output(wait=True)
@@ -154,3 +180,31 @@ def claims_browser(table: pd.DataFrame | None = None) -> widgets.Widget:
     pick_source()
     redraw()
     return widgets.VBox([widgets.HBox([source, claim]), out])
+
+
+def what_to_show(table: pd.DataFrame | None = None) -> str:
+    """The guide's "What to show", each sentence about a row written from that row of the
+    committed ledger: the grokking gap of the text's model on parity, then a Table 4 row
+    whose seeds all diverged (left out when the ledger has none)."""
+    table = committed() if table is None else table
+    by_id = table.set_index("id")
+    lines = ["**What to show.**"]
+    if "gap/paper/parity" in by_id.index:
+        gap = by_id.loc["gap/paper/parity"]
+        lines.append(
+            f"Open the grokking gap of {names.display_name('paper')} on "
+            f"{names.display_name('parity')} (row gap/paper/parity): the ledger says "
+            f"*{gap['verdict']}* over {gap['seeds']} seeds: {gap['reason']}. Ask what a gap "
+            '"to 100%" measures when the seeds do not get there.'
+        )
+    diverged = [
+        (i, r) for i, r in by_id.iterrows()
+        if i.startswith("table4/") and (d := diverged_seeds(r["reason"])) and d[0] == d[1]
+    ]  # fmt: skip
+    if diverged:
+        ident, r = diverged[0]
+        lines.append(
+            f"Then open {r['claim']} (row {ident}): {r['reason']}. Ask what a table cell means "
+            "when the model it names does not train."
+        )
+    return "\n".join(lines)

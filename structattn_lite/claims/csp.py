@@ -8,23 +8,19 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from structattn_lite import stats
+from structattn_lite import names, stats
 from structattn_lite.claims.rows import (
-    METRIC,
-    METRIC_NAME,
     PAPER_TEXT,
-    TASK_NAME,
     published_row,
     read,
     row,
 )
 from structattn_lite.claims.rules import rule as rule_of
-from structattn_lite.names import display_name
+from structattn_lite.names import PAPER_TASKS, display_name
 from structattn_lite.studies.ablations.experiment import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
 from structattn_lite.studies.ablations.report import load_results
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
 from structattn_lite.studies.grokking.report import (
-    CHANCE,
     GAP_METRIC,
     PLATEAU_ABOVE_CHANCE,
     SPIKE_WINDOW,
@@ -35,24 +31,28 @@ from structattn_lite.studies.grokking.report import (
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
 
 
-def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command: str, table: str):
+def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command, table: str):
     """One row per (cell, task): ``cells`` lists (claim words, selector, published)."""
     rows = []
     for ident, words, select, published, task in cells:
         runs = frame[select(frame) & (frame["task"] == task)] if frame is not None else None
         if runs is None:
-            runs = pd.DataFrame(columns=[METRIC[task], "status"])
+            runs = pd.DataFrame(columns=[names.metric(task), "status"])
         diverged = runs["status"] == "diverged"  # its last evaluation is no trained model's
-        values = runs.loc[~diverged, METRIC[task]].dropna()
+        values = runs.loc[~diverged, names.metric(task)].dropna()
         diverged = int(diverged.sum())
         number = "(no published number)" if math.isnan(published) else f"{published:.2f}"
         rows.append(published_row(
             values, diverged, published, bounds=stats.UNIT,  # accuracy, F1
-            id=ident, study="CSP", claim=f"{words}: {TASK_NAME[task]} {METRIC_NAME[task]} {number}",
+            id=ident, study="CSP", claim=f"{words}: {display_name(task)} {names.metric_name(task)} {number}",
             source=f"CSP paper, Table {table}", protocol=PAPER_TEXT, grid=grid,
-            notebook="04, Tables 3 and 4", command=command,
+            notebook="04, Tables 3 and 4",
+            command=command(ident) if callable(command) else command,
         ))  # fmt: skip
     return rows
+
+
+ABLATIONS_COMMAND = "structattn run ablations --grid {grid} --seed-batching"
 
 
 def table3() -> list[dict]:
@@ -61,10 +61,10 @@ def table3() -> list[dict]:
     cells = [
         (f"table3/{loss}/{task}", words[loss], _selector(loss=loss), PAPER_TABLE3[loss, task], task)
         for loss in ("focal", "ce")
-        for task in TASK_NAME
+        for task in PAPER_TASKS
     ]
-    command = "structattn run ablations --grid paper_text --seed-batching"
-    return _table_rows(read("csp_ablations_paper_text.csv"), cells, "paper_text", command, "3")
+    return _table_rows(read("csp_ablations_paper_text.csv"), cells, "paper_text",
+                       ABLATIONS_COMMAND.format(grid="paper_text"), "3")  # fmt: skip
 
 
 def _selector(**equal) -> Callable[[pd.DataFrame], pd.Series]:
@@ -79,13 +79,17 @@ def table4() -> list[dict]:
     frame = None if both is None else both[both["loss"] == "focal"]  # Table 4 is all focal
     cells = []
     for (rotation, variant), numbers in PAPER_TABLE4.items():
-        for task, published in zip(TASK_NAME, numbers, strict=True):
+        for task, published in zip(PAPER_TASKS, numbers, strict=True):
             if math.isnan(published):
                 continue
             words = f"{display_name(variant)}, {rotation} rotation"
             select = _selector(rotation=rotation, variant=variant, preset="paper")
             cells.append((f"table4/{rotation}/{variant}/{task}", words, select, published, task))
-    command = "structattn run ablations --grid paper_table4 --seed-batching"
+
+    def command(ident: str) -> str:  # the full rotated model's seeds are paper_text's runs
+        grid = "paper_text" if ident.startswith("table4/with/+norm/") else "paper_table4"
+        return ABLATIONS_COMMAND.format(grid=grid)
+
     return _table_rows(frame, cells, "paper_table4 (+ paper_text)", command, "4")
 
 
@@ -95,36 +99,43 @@ def table4() -> list[dict]:
 # ledger's rows.
 
 
-# The grokking rows' models, by preset, in the words of ``names.DISPLAY_NAMES``.
-MODEL_WORDS = {preset: display_name(preset) for preset in ("paper", "authors_3bb9f71")}
+GAP_PRESETS = ("paper", "authors_3bb9f71")  # the models whose grokking the ledger tests
 GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-by-epoch runs
+MORE_SEEDS_COMMAND = "structattn run grokking --grid gap_seeds --seed-batching"
 
 
 def grokking() -> list[dict]:
     # gap: seeds 0-9 per cell; gap_seeds: seeds 10-24 of the authors' model on parity and
     # mod-3. A run in both files (gap_seeds held seeds 5-24 before issue 43) counts once.
-    both = committed_records("gap") + committed_records("gap_seeds")
-    records = list({(r.experiment, r.key): r for r in both}.values())
+    gap = committed_records("gap")
+    in_gap = {(r.experiment, r.key) for r in gap}
+    records = list(
+        {(r.experiment, r.key): r for r in gap + committed_records("gap_seeds")}.values()
+    )
     per_seed = pd.DataFrame(
         [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
+          "more_seeds": (r.experiment, r.key) not in in_gap,  # a run gap_seeds alone holds
           **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
     )  # fmt: skip
     protocol = PAPER_TEXT.replace(display_name("paper"), "each model")
-    command = GAP_COMMAND
     rows = []
-    for preset in MODEL_WORDS:
+    for preset in GAP_PRESETS:
         for task, paper in PAPER_GROKKING_GAP.items():
             seeds = per_seed[(per_seed["task"] == task) & (per_seed["preset"] == preset)]
             if seeds.empty:
                 continue
+            # the command that trains every seed the row reads
+            command = GAP_COMMAND + (
+                f" && {MORE_SEEDS_COMMAND}" if seeds["more_seeds"].any() else ""
+            )
             jumped = seeds[seeds["jump"].notna()]
             verdicts = {level: gap_verdict(seeds, paper, f"gap_{level}") for level in ("100", "99")}
             ours, low, high, verdict, reason = verdicts["100"]
             rows.append(row(
                 {"gap to 100%": seeds["gap_100"].tolist(), "gap to 99%": seeds["gap_99"].tolist()},
                 id=f"gap/{preset}/{task}", study="CSP",
-                claim=f"grokking gap (90% to 100% test accuracy), {TASK_NAME[task]}, "
-                      f"{MODEL_WORDS[preset]}: {paper[0]} ± {paper[1]} epochs",
+                claim=f"grokking gap (90% to 100% test accuracy), {display_name(task)}, "
+                      f"{display_name(preset)}: {paper[0]} ± {paper[1]} epochs",
                 source="CSP paper, section 4.2.1", published=paper[0], ours=ours, low=low,
                 high=high, seeds=len(seeds), verdict=verdict,
                 reason=f"{reason} (at 99%: {verdicts['99'][4].split(';')[0]})",
@@ -146,8 +157,8 @@ def grokking() -> list[dict]:
             rows.append(row(
                 {"spike minus jump (epochs)": phased["spike_offset"].tolist()},
                 id=f"spike/{preset}/{task}", study="CSP",
-                claim=f"the largest gradient norm coincides with the jump, {TASK_NAME[task]}, "
-                      f"{MODEL_WORDS[preset]}",
+                claim=f"the largest gradient norm coincides with the jump, {display_name(task)}, "
+                      f"{display_name(preset)}",
                 source="CSP paper, section 4.2.1", ours=at / max(len(phased), 1),
                 low=share[0], high=share[1], seeds=len(phased), verdict=verdict, reason=reason,
                 protocol=protocol, grid="gap", notebook="03, gradient-norm spikes", command=command,
@@ -169,7 +180,9 @@ def _curves_per_seed(preset: str = "paper") -> pd.DataFrame:
             continue
         h, gaps = r.history, seed_gaps(r.history, task)
         before = h["epoch"] < gaps["jump"] if gaps["jump"] is not None else True
-        at_chance = int(((h[GAP_METRIC] < CHANCE[task] + PLATEAU_ABOVE_CHANCE) & before).sum())
+        at_chance = int(
+            ((h[GAP_METRIC] < names.chance(task) + PLATEAU_ABOVE_CHANCE) & before).sum()
+        )
         rows.append({"task": task, "seed": r.seed, "jump": gaps["jump"], "at_chance": at_chance,
                      "gap_100": gaps["gap_100"]})  # fmt: skip
     return pd.DataFrame(rows, columns=["task", "seed", "jump", "at_chance", "gap_100"])
@@ -196,7 +209,7 @@ def curves() -> list[dict]:
         values = pd.Series(of(task, "at_chance"), dtype=float)
         rows.append(published_row(
             values, 0, paper, bounds=stats.EPOCHS, id=f"csp/plateau/{task}",
-            claim=f"{TASK_NAME[task]} sits at chance for about {paper:.0f} epochs before it learns, "
+            claim=f"{display_name(task)} sits at chance for about {paper:.0f} epochs before it learns, "
                   f"{display_name('paper')}", source="CSP paper, Fig. 3",
             notebook="03, grokking gap", **fields))  # fmt: skip
     a, b = of("mod3", "gap_100"), of("parity", "gap_100")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from structattn_lite import stats
-from structattn_lite.claims.rows import TASK_NAME, published_row, read
+from structattn_lite.claims.rows import published_row, read
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name
 from structattn_lite.studies.length.authors import AUTHORS_TASK
@@ -38,7 +38,7 @@ def authors_length() -> list[dict]:
             rows.append(published_row(
                 at["all_acc"].dropna(), 0, number, bounds=stats.UNIT, fresh_read=fresh_read,
                 id=ident, study="CSP",
-                claim=f"{display_name(model)}, {TASK_NAME[name]}, accuracy over all "
+                claim=f"{display_name(model)}, {display_name(name)}, accuracy over all "
                       f"positions at L = {length}: {number:.3f} (their README's CSP-Vanilla row)",
                 source="the authors' README (hilhert/CSP)",
                 protocol="the authors' code and protocol: their model and revision per task, "

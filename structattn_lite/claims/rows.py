@@ -1,5 +1,5 @@
-"""What every section of the ledger shares: its columns, the tasks' names and metrics,
-and the two ways a row is made."""
+"""What every section of the ledger shares: its columns, the paper text's protocol, and
+the two ways a row is made (the tasks' names and metrics are ``names.py``'s)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ COLUMNS = [
     "verdict", "evidence", "reason", "rule", "protocol", "grid", "notebook", "command",
 ]  # fmt: skip
 
-TASK_NAME = {task: display_name(task) for task in ("parity", "mod3", "dyck1")}  # names.py
-METRIC = {"parity": "test_seq_acc", "mod3": "test_seq_acc", "dyck1": "test_seq_f1"}
-METRIC_NAME = {"parity": "accuracy", "mod3": "accuracy", "dyck1": "F1"}
 PAPER_TEXT = (
     f"{display_name('paper')} (d 64, 3 layers), 5,000/5,000/10,000 strings of length 16, 80/20 "
     "i.i.d. split, focal loss, Adam 1e-3 with plateau halving, up to 300 epochs, early stop "

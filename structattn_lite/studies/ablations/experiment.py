@@ -37,7 +37,6 @@ __all__ = ["EXPERIMENT", "GRIDS", "Config", "setup", "record", "eval_chunk", "ex
            "records_frame"]  # fmt: skip
 
 TASKS = ("parity", "mod3", "dyck1")
-METRIC = {"parity": "test_seq_acc", "mod3": "test_seq_acc", "dyck1": "test_seq_f1"}
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {"silu": "none", "skip": False, "norm": "none"},

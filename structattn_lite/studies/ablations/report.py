@@ -15,27 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from structattn_lite import stats
+from structattn_lite import names, stats
 from structattn_lite.config import results_dir
-from structattn_lite.report import count_range, format_mean_sd
+from structattn_lite.report import NO_ROW, count_range, format_mean_sd, ledger_rows
 from structattn_lite.studies.ablations.experiment import (
     COMMITTED_CSV,
-    METRIC,
     PAPER_TABLE3,
     PAPER_TABLE4,
     TASKS,
 )
 
 PAPER_SIZE = (COMMITTED_CSV["paper_text"], COMMITTED_CSV["paper_table4"])
-TASK_TITLES = {"parity": "parity (acc)", "mod3": "mod-3 (acc)", "dyck1": "parentheses (F1)"}
-
-
-# What each loss name means in a table (the focal alpha convention is explicit).
-LOSS_NAMES = {
-    "focal": "focal loss (alpha 0.25 on class 1, 0.75 on class 0: Lin et al.)",
-    "focal_constant": "focal loss (alpha 0.25 on every class: the authors')",
-    "ce": "cross-entropy",
-}
 
 
 def load_results(
@@ -59,7 +49,7 @@ def cell_stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     task), and the ledger's verdict against the paper's number. A diverged run's last
     evaluation is no trained model's, so its metric is left out and counted instead."""
     df = df.assign(
-        value=[r[METRIC[r["task"]]] if r["status"] != "diverged" else math.nan
+        value=[r[names.metric(r["task"])] if r["status"] != "diverged" else math.nan
                for _, r in df.iterrows()],
         diverged=df["status"] == "diverged",
     )  # fmt: skip
@@ -70,7 +60,11 @@ def cell_stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _wide(cells: pd.DataFrame, keys: list[str], paper_of) -> pd.DataFrame:
+def _wide(cells: pd.DataFrame, keys: list[str], paper_of, ident) -> pd.DataFrame:
+    """One row per cell: each task's mean, sd, seeds and diverged seeds from ``cells``, the
+    paper's number, and the committed ledger's verdict of the row ``ident(cell, task)``
+    (read, never recomputed; ``NO_ROW`` where the ledger has none, e.g. another preset)."""
+    ledger = ledger_rows()
     rows = []
     for cell, group in cells.groupby(keys, sort=False):
         cell = cell if isinstance(cell, tuple) else (cell,)
@@ -85,9 +79,8 @@ def _wide(cells: pd.DataFrame, keys: list[str], paper_of) -> pd.DataFrame:
             row[(task, "seeds")] = len(values)
             row[(task, "diverged")] = diverged
             row[(task, "paper")] = paper
-            row[(task, "verdict")] = stats.equivalence(
-                values, paper, stats.ACCURACY_MARGIN, diverged=diverged,
-                bounds=stats.UNIT)[0]  # fmt: skip
+            key = ident(row, task)
+            row[(task, "verdict")] = ledger.at[key, "verdict"] if key in ledger.index else NO_ROW
         rows.append(row)
     table = pd.DataFrame(rows).set_index(keys)
     table.columns = pd.MultiIndex.from_tuples(table.columns)
@@ -98,7 +91,12 @@ def table3(df: pd.DataFrame) -> pd.DataFrame:
     """Focal vs cross-entropy (paper Table 3), full model, random split; per preset."""
     sub = df[(df["variant"] == "+norm") & (df["rotation"] == "with") & (df["split"] == "random")]
     cells = cell_stats(sub, ["preset", "loss"])
-    return _wide(cells, ["preset", "loss"], lambda r, t: PAPER_TABLE3.get((r["loss"], t), math.nan))
+    return _wide(
+        cells,
+        ["preset", "loss"],
+        lambda r, t: PAPER_TABLE3.get((r["loss"], t), math.nan),
+        lambda r, t: f"table3/{r['loss']}/{t}" if r["preset"] == "paper" else None,
+    )
 
 
 def table4(df: pd.DataFrame) -> pd.DataFrame:
@@ -115,7 +113,14 @@ def table4(df: pd.DataFrame) -> pd.DataFrame:
         numbers = PAPER_TABLE4.get((row["rotation"], row["variant"]))
         return numbers[TASKS.index(task)] if numbers else math.nan
 
-    return _wide(cells, ["preset", "rotation", "variant"], paper)
+    def ident(row, task):  # the ledger's Table 4 rows are the text's model's
+        return (
+            f"table4/{row['rotation']}/{row['variant']}/{task}"
+            if row["preset"] == "paper"
+            else None
+        )
+
+    return _wide(cells, ["preset", "rotation", "variant"], paper, ident)
 
 
 CLAIMS = [  # (claim, tasks, (cell A), (cell B)): the paper says A beats B
@@ -168,14 +173,14 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             continue
         ours, sd, seeds = table[(task, "ours")], table[(task, "sd")], table[(task, "seeds")]
         diverged = table[(task, "diverged")]
-        out[(TASK_TITLES[task], "ours")] = [
+        out[(names.title(task), "ours")] = [
             f"diverged ({d} of {d + k})" if d and not k else format_mean_sd(m, s, k)
             for m, s, k, d in zip(ours, sd, seeds, diverged, strict=True)
         ]
-        out[(TASK_TITLES[task], "paper")] = [
+        out[(names.title(task), "paper")] = [
             "-" if math.isnan(p) else f"{p:.2f}" for p in table[(task, "paper")]
         ]
-        out[(TASK_TITLES[task], "verdict")] = table[(task, "verdict")]
+        out[(names.title(task), "verdict")] = table[(task, "verdict")]
     out.columns = pd.MultiIndex.from_tuples(out.columns)
     return out
 
@@ -192,7 +197,7 @@ def grid_caption(df: pd.DataFrame) -> str:
     read = "validation" if validated else "test (this grid predates the validation split)"
     stop = f", early stop after {int(hold[0])} epochs at 100% {read} accuracy" if len(hold) else ""
     return (
-        f"grid {' + '.join(repr(g) for g in dict.fromkeys(df['grid']))}: {len(df)} runs in "
+        f"{' + '.join(names.ablation_grid(g) for g in dict.fromkeys(df['grid']))}: {len(df)} runs in "
         f"{len(per_cell)} cells, {spread} seeds per cell "
         f"(seeds {seeds}); up to "
         f"{int(df['epochs'].max())} epochs (mean run {df['epochs_run'].mean():.0f}){stop}; "
@@ -204,6 +209,6 @@ def grid_caption(df: pd.DataFrame) -> str:
 
 def _losses(losses: list[str]) -> str:
     """The losses a grid trained with, in words (a table's rows name them by the display
-    name, ``names.DISPLAY_NAMES``; this says what each one is)."""
-    words = [LOSS_NAMES[loss] for loss in losses if loss in LOSS_NAMES]
+    name; this says what each one is, ``names.gloss``)."""
+    words = [names.gloss(loss) for loss in losses]
     return f"; {'losses' if len(words) > 1 else 'loss'}: {', '.join(words)}" if words else ""

@@ -12,12 +12,20 @@ import torch
 from IPython.display import display
 from matplotlib.lines import Line2D
 
-from structattn_lite import stats
+from structattn_lite import names, stats
 from structattn_lite.models import CSP_PRESETS
 from structattn_lite.models.csp import CSP
 from structattn_lite.names import display_name
 from structattn_lite.records import RunRecord
-from structattn_lite.report import PALETTE, browser, figure_size, model_style
+from structattn_lite.report import (
+    NO_ROW,
+    PALETTE,
+    browser,
+    figure_size,
+    ledger_interval,
+    ledger_rows,
+    model_style,
+)
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, PAPER_SEEDS
 from structattn_lite.training.metrics import grokking_gap
 
@@ -28,7 +36,6 @@ GAP_METRIC = "test_seq_acc"
 SPIKE_WINDOW = 2  # a spike "at the jump" falls within this many epochs of it
 
 
-CHANCE = {"parity": 0.5, "mod3": 2 / 3, "dyck1": 0.5}  # majority class of the whole string
 PLATEAU_ABOVE_CHANCE = 0.1  # an epoch "at chance" scores below chance + this
 PLATEAU_EPOCHS = 2  # a grokking phase: at least this many epochs at chance before the jump
 
@@ -41,7 +48,7 @@ def seed_gaps(history: pd.DataFrame, task: str) -> dict:
     first = {level: jump_epoch(history, level) for level in (0.9, 0.99, 1.0)}
     jump = first[0.9]
     before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
-    plateau = sum(a < CHANCE[task] + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
+    plateau = sum(a < names.chance(task) + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
     spike = int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
     return {
         "jump": jump,
@@ -213,7 +220,11 @@ def grokking_browser(sources: dict[str, list[RunRecord]]) -> widgets.Widget:
 def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
     """Per task and preset: seeds reaching 99% and 100% (of those that jumped to 90%), the
     Kaplan-Meier median gaps that count the seeds that never got there, the paper's gap,
-    how often the gradient-norm spike sits at the jump, and the ledger's verdict."""
+    how often the gradient-norm spike sits at the jump; then the committed ledger's row
+    ``gap/<preset>/<task>``, read by id and never recomputed: its gap with 95% interval and
+    seed count (all the seeds it reads, which may be more than ``records``), verdict and
+    reason (``NO_ROW`` where the ledger has no such row)."""
+    ledger = ledger_rows()
     per_seed = pd.DataFrame(
         [{"task": r.config["task"], "preset": preset_of(r), **seed_gaps(r.history, r.config["task"])}
          for r in records if len(r.history)]
@@ -231,9 +242,12 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
         row["gap, paper"] = f"{paper[0]} ± {paper[1]} ({PAPER_SEEDS} seeds)" if paper else "-"
         at = int((jumped["spike_offset"].abs() <= SPIKE_WINDOW).sum())
         row["spike at jump"] = f"{at} of {len(jumped)}"
-        row["verdict"], row["reason"] = (
-            gap_verdict(seeds, paper, "gap_100")[3:] if paper else
-            (stats.UNDECIDED, "the paper gives no number"))  # fmt: skip
+        ident = f"gap/{preset}/{task}"
+        found = ident in ledger.index
+        row["ledger row"] = ident if found else NO_ROW
+        row["ledger: gap to 100% [95%]"] = ledger_interval(ledger.loc[ident]) if found else NO_ROW
+        for column in ("verdict", "reason"):
+            row[column] = ledger.at[ident, column] if found else NO_ROW
         rows.append(row)
     return pd.DataFrame(rows)
 
