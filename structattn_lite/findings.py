@@ -325,14 +325,20 @@ def _label_rows(ax, y, rows: pd.DataFrame, beside=None, x: float = 1.02, title: 
                        color="0.45")  # fmt: skip
 
 
+def accuracy_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows the ledger figure draws, bottom up: those with a published accuracy or F1
+    (gap/ and csp/ rows count epochs)."""
+    rows = table[table["published"].notna() & ~table["id"].str.startswith(("gap/", "csp/"))]
+    return rows.iloc[::-1]
+
+
 def ledger_figure(table: pd.DataFrame):
     """Ours (mean and 95% interval over seeds) against the published number ± margin,
     one line per claim with a published number, coloured by verdict. Every number here is
     an accuracy or F1, so intervals and margins are drawn inside [0, 1]. A row whose seeds
     diverged has no value of ours: its red x sits in a column of its own on the right,
     "k of n", never on the value axis (where it would read as "ours = published")."""
-    rows = table[table["published"].notna() & ~table["id"].str.startswith(("gap/", "csp/"))]
-    rows = rows.iloc[::-1]  # gap/ and csp/ rows count epochs, not accuracy
+    rows = accuracy_rows(table)
     height = 0.13 * len(rows) + 0.8
     fig, (ax, side) = plt.subplots(1, 2, sharey=True, figsize=figure_size(2, height=height),
                                    gridspec_kw={"width_ratios": (6, 1), "wspace": 0.04})  # fmt: skip

@@ -229,7 +229,7 @@ def equivalence(
     n = len(finite_values(values))
     total = n + diverged
     if published is None or math.isnan(published):
-        return UNDECIDED, "the paper gives no number"
+        return UNDECIDED, "the paper gives no number, so no run can decide it"
     if total == 0:
         return UNDECIDED, "not run yet"
     if diverged * 2 > total:
@@ -262,7 +262,10 @@ def majority(k: int, n: int, what: str) -> tuple[str, str]:
         return REPRODUCED, reason
     if high < 0.5:
         return NOT_REPRODUCED, reason
-    return UNDECIDED, reason
+    need = seeds_to_decide(k / n, low, high, n, (0.5,))
+    more = (f"about {need:.0f} seeds would decide it if the share holds" if need <= 1000
+            else "no seed count would decide it at this share")  # fmt: skip
+    return UNDECIDED, f"{reason}; {more}"
 
 
 def decide(low: float, high: float, claim: str, delta: float) -> str:
@@ -365,7 +368,7 @@ def noninferiority(
     x = finite_values(values)
     n, total = len(x), len(x) + diverged
     if published is None or math.isnan(published):
-        return UNDECIDED, "the paper gives no number"
+        return UNDECIDED, "the paper gives no number, so no run can decide it"
     if total == 0:
         return UNDECIDED, "not run yet"
     if diverged * 2 > total:
@@ -407,7 +410,8 @@ def gap(
     )
     counts = f"{k} of {n} seeds reached {level}%, {half}"
     if at_chance < MIN_SEEDS:
-        why = f"no grokking phase to measure: {at_chance} of {n} seeds at chance before the jump"
+        why = (f"no grokking phase to measure: {at_chance} of {n} seeds at chance before the "
+               "jump; only a protocol whose runs sit at chance first can decide it")  # fmt: skip
         return mean, low, high, UNDECIDED, why
     if 2 * k < n:
         return mean, low, high, NOT_REPRODUCED, f"{counts} (the paper: every seed)"
@@ -423,7 +427,23 @@ def gap(
         return mean, low, high, REPRODUCED, text
     if k < n:
         text += f"; {n - k} seed(s) never reached {level}%"
+    need = seeds_to_decide(mean, low, high, k, (lo, hi))
+    if math.isfinite(need) and need <= 1000:
+        text += f"; about {need:.0f} seeds reaching {level}% would decide it if the spread holds"
+    else:
+        text += "; no seed count would decide it at this spread"
     return mean, low, high, UNDECIDED, text
+
+
+def seeds_to_decide(ours: float, low: float, high: float, n: int, edges: Sequence[float]) -> float:
+    """About how many seeds (per arm) would decide an undecided row if its spread held:
+    the interval's half-width shrinks as 1/sqrt(n), and the row decides once it no longer
+    holds the decision edge nearest its estimate. inf when the estimate sits on an edge."""
+    half, edges = (high - low) / 2, [e for e in edges if math.isfinite(e)]
+    if not edges or not all(math.isfinite(v) for v in (ours, low, high)) or n < 1 or half <= 0:
+        return math.nan
+    gap = min(abs(ours - e) for e in edges)
+    return math.inf if gap == 0 else float(math.ceil(n * (half / gap) ** 2))
 
 
 UNTUNED = "rates chosen"  # how a reason the tuning rule decided begins its last clause
@@ -436,4 +456,8 @@ def untuned(
     a comparison whose rates were not chosen at its own budget is undecided, its interval
     kept; ``how`` says how the rates were chosen."""
     numbers, _, reason = result
-    return numbers, UNDECIDED, f"{reason}; {UNTUNED} {how}"
+    return (
+        numbers,
+        UNDECIDED,
+        f"{reason}; {UNTUNED} {how}; rates tuned at this budget would decide it",
+    )

@@ -59,7 +59,11 @@ def test_claims_browser_follows_its_controls():
     assert claim.value.startswith("table3/")
     source.value = "CSP paper, section 4.2.1"  # the ledger's source column, as written
     assert claim.value.startswith("gap/")
-    assert {i.split("/")[0] for _, i in claim.options} == {"gap", "spike"}
+    assert {i.split("/")[0] for _, i in claim.options} == {
+        "gap",
+        "spike",
+        "csp",
+    }  # csp/gap_order: 4.2.1 too
     from structattn_lite.claims.browser import claim_figure, describe
 
     row = claims.ledger(values=True).set_index("id").loc["gap/paper/parity"]

@@ -208,3 +208,21 @@ def test_an_unbounded_metric_is_not_clipped():
     assert row["high"] > 1.0 and row["verdict"] == stats.UNDECIDED
     epochs = [-14.6, 51.0, 10.0]  # an epoch gap may be negative: no bound at 0 either
     assert stats.mean_interval(epochs)[1] < 0
+
+
+def test_seeds_to_decide_scales_the_half_width_as_one_over_root_n():
+    # half-width 0.1 at 5 seeds; the nearest edge 0.05 from the estimate: 4 x the seeds
+    assert stats.seeds_to_decide(0.0, -0.1, 0.1, 5, (0.05, -0.2)) == 20
+    assert stats.seeds_to_decide(0.0, -0.1, 0.1, 5, (0.0,)) == math.inf  # on its edge
+    assert math.isnan(stats.seeds_to_decide(0.0, math.nan, 0.1, 5, (0.05,)))
+    assert math.isnan(stats.seeds_to_decide(0.0, -0.1, 0.1, 5, (math.nan,)))  # no number
+
+
+def test_an_undecided_row_with_an_interval_says_what_would_decide_it():
+    from structattn_lite import claims
+
+    table = claims.committed()
+    undecided = table[(table["verdict"] == stats.UNDECIDED) & table["low"].notna()
+                      & (table["low"] != table["high"])]  # fmt: skip
+    said = undecided["reason"].str.contains("decide")
+    assert said.all(), undecided.loc[~said, "id"].tolist()

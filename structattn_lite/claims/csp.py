@@ -148,7 +148,8 @@ def grokking() -> list[dict]:
                 verdict = stats.UNDECIDED
                 reason = (f"no phase at chance to measure: {len(phased)} of {len(seeds)} seeds "
                           f"sat at chance before the jump ({at} of them spike within "
-                          f"±{SPIKE_WINDOW} epochs)")  # fmt: skip
+                          f"±{SPIKE_WINDOW} epochs); only a protocol whose runs sit at chance "
+                          "first can decide it")  # fmt: skip
             else:
                 verdict, reason = stats.majority(at, len(phased), f"spike within ±{SPIKE_WINDOW} "
                                                  "epochs of the 90% jump")  # fmt: skip

@@ -45,7 +45,7 @@ def authors_length() -> list[dict]:
                          "cross-entropy on every prefix, Adam 1e-4 with cosine, 300 epochs, "
                          "10,000 strings at T = 16, 80/20 i.i.d.",
                 grid=grid, notebook="05, the authors' length table",
-                command=f".venv/bin/structattn run length --grid {grid} --seed-batching",
+                command=f"structattn run length --grid {grid} --seed-batching",
             ))  # fmt: skip
     return rows
 

@@ -42,8 +42,36 @@ def row(values=(), *, fresh_read: bool = False, **fields) -> dict:
         study, grid, seeds = rule.fresh
         fields["reason"] = (f"{fields.get('reason', '')}; exploratory until the fresh seeds "
                             f"{seeds[0]}-{seeds[-1]} ({study} grid {grid}) are all in")  # fmt: skip
+    if fields.get("verdict") == stats.UNDECIDED:
+        fields["reason"] = fields.get("reason", "") + _to_decide(rule, fields)
     values = values if isinstance(values, dict) else {"ours": list(values)}
     return {**{column: fields.get(column, math.nan) for column in COLUMNS}, "values": values}
+
+
+# The decision edges of each claimed side (delta and the published number p).
+_EDGES = {
+    "< 0": lambda d, p: (0.0, -d), "> 0": lambda d, p: (0.0, d),
+    ">= -delta": lambda d, p: (-d,), "<= +delta": lambda d, p: (d,),
+    "within published +- delta": lambda d, p: (p - d, p + d),
+    ">= published - delta": lambda d, p: (p - d,),
+}  # fmt: skip
+
+
+def _to_decide(rule, fields: dict) -> str:
+    """What more seeds would do for an undecided row whose interval straddles an edge."""
+    edges = _EDGES.get(rule.claimed)
+    numbers = [fields.get(k, math.nan) for k in ("ours", "low", "high")]
+    n = fields.get("seeds", 0)
+    if edges is None or stats.UNTUNED in str(fields.get("reason", "")) or not n:
+        return ""
+    need = stats.seeds_to_decide(
+        *numbers, int(n), edges(rule.delta, fields.get("published", math.nan))
+    )
+    if math.isnan(need):
+        return ""
+    if math.isinf(need) or need > 1000:
+        return "; no seed count would decide it at this spread"
+    return f"; about {need:.0f} seeds (per arm, where two are compared) would decide it if the spread holds"
 
 
 def published_row(values: pd.Series, diverged: int, published: float, *,

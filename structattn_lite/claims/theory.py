@@ -19,9 +19,7 @@ from structattn_lite.theory import (
 
 EPS = 1e-4  # the attention modules' eps (``MetricAttention``)
 THETA_DRAWS = 200  # theta ~ N(0, 3^2) per support, and the extremes +-30
-COMMAND = (
-    ".venv/bin/python -c 'from structattn_lite.claims import theory; print(theory.supports())'"
-)
+COMMAND = "structattn findings"  # computed each time the ledger is
 
 
 def supports() -> pd.DataFrame:
