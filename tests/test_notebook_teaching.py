@@ -88,3 +88,14 @@ def test_notebook_01_builds_the_terms_and_a_minor_by_hand():
     _, code = cells("01_theory.ipynb")
     assert checked_by_hand(code, "np.outer(A[:, e], A[:, e])", 3)
     assert any("permutations(" in c and "exact_det(" in c and "assert_close(" in c for c in code)
+
+
+def test_notebook_03_phase_picture_trains_in_every_profile_and_shows_the_unit_circle():
+    """In smoke the phase model stopped after one epoch, at chance: a picture of nothing."""
+    prose, code = cells("03_csp_state_tracking.ipynb")
+    (phase,) = [c for c in code if "phase_figure(" in c]
+    assert not re.search(r"PROFILE\s*(==|!=|in\b)", phase), (
+        "training must not depend on the profile"
+    )
+    assert "plt.Circle(" in phase and phase.count("save_figure(") == 2, "no unit-circle panel"
+    assert "section 6 under the paper's own protocol" in prose  # where the paper-era model is
