@@ -143,12 +143,11 @@ def save_figure(
             raise ValueError(f"a committed figure is drawn from data/results, not {corpus!r}")
         out = figures_dir(profile)
     if from_runs and (profile == "smoke" or stand_in):
-        fig.suptitle(
-            f"[scratch: profile {profile}, corpus {corpus or 'n/a'}]",
-            fontsize=7,
-            color="#b00",
-            y=1.02,
-        )
+        stamp = f"[scratch: profile {profile}, corpus {corpus or 'n/a'}]"
+        if fig.get_suptitle():  # the figure's own title stays; the stamp goes below it all
+            fig.text(0.01, 0.0, stamp, fontsize=7, color="#b00", ha="left", va="top")
+        else:
+            fig.suptitle(stamp, fontsize=7, color="#b00", y=1.02)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{notebook}_{name}"
     png = stem.with_suffix(".png")

@@ -341,6 +341,27 @@ def test_grokking_figure_shows_99_apart_from_100_with_its_levels_in_a_legend():
     assert all("seeds reach 100%" in ax.get_title() for ax in fig.axes[:3])
 
 
+def test_the_scratch_stamp_never_covers_a_figure_title(tmp_path):
+    """Notebook 03's phase figure lost its title to the smoke stamp (both were the
+    suptitle). A titled figure keeps its title, and the stamp sits apart from it."""
+    import matplotlib.pyplot as plt
+
+    titled, bare = plt.figure(), plt.figure()
+    for fig in (titled, bare):
+        fig.add_subplot().plot([0, 1], [0, 1])
+    titled.suptitle("block 1's state, one string")
+    report.save_figure(titled, "03_csp", "titled", profile="smoke", out=tmp_path)
+    report.save_figure(bare, "03_csp", "bare", profile="smoke", out=tmp_path)
+    assert titled.get_suptitle() == "block 1's state, one string"
+    (stamp,) = [t for t in titled.texts if "[scratch: profile smoke" in t.get_text()]
+    renderer = titled.canvas.get_renderer()
+    title_box = titled._suptitle.get_window_extent(renderer)
+    assert not stamp.get_window_extent(renderer).overlaps(title_box)
+    assert "[scratch: profile smoke" in bare.get_suptitle()  # no title: the stamp is it
+    plt.close(titled)
+    plt.close(bare)
+
+
 def test_a_theory_figure_is_never_stamped_scratch(tmp_path):
     """The HTML reports showed the theory figures with a red "[scratch: profile smoke,
     corpus n/a]": they depend on no profile or corpus, so they are not stamped."""

@@ -82,7 +82,7 @@ def markdown(
     verdict, evidence (confirmatory or exploratory) and the reason (the rule and protocol columns stay in the CSV); only the
     rows whose id starts with one of ``prefixes`` ("table4", "gap", ...), if given; with
     ``ids``, each row's id first (as the README's "In short" cites it)."""
-    table = ledger() if table is None else table
+    table = committed() if table is None else table  # the ledger as committed: read
     if prefixes:
         table = by_source(table, prefixes)
     lines = ["| claim | source | published | ours [95% interval] (seeds) | verdict | evidence | reason |",
