@@ -287,19 +287,25 @@ def _study(args) -> int:
         return _report_unfinished(log)
 
 
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _findings(args) -> int:
     from structattn_lite import findings
 
     try:
-        findings.check_committed()
-    except ValueError as err:  # a damaged committed file: never verdicts from it
-        print(f"structattn: {err}", file=sys.stderr)
+        table = findings.check_committed()
+        if args.write:  # everything made and checked first, then each file replaced whole
+            findings.write_readme(table)
+    except (ValueError, OSError) as err:  # a damaged committed file, a file in the way
+        print(f"structattn: {_one_line(err)}", file=sys.stderr)
         return 1
     if args.write:
-        findings.write_readme()
         print("README.md findings rewritten from data/results")
     else:
-        print(findings.render())
+        print(findings.render(table))
     return 0
 
 
@@ -307,7 +313,12 @@ def _figures(args) -> int:
     from structattn_lite import committed_figures
 
     folder = config.figures_dir()
-    written = committed_figures.write_all(folder)
+    try:  # every file's place checked before any is drawn; each then replaced whole
+        committed_figures.check_targets(folder)
+        written = committed_figures.write_all(folder)
+    except (ValueError, OSError) as err:
+        print(f"structattn: {_one_line(err)}", file=sys.stderr)
+        return 1
     for path in committed_figures.stale(folder, written):  # only files it drew itself
         path.unlink()
         print(f"{path}: removed (drawn earlier, from no committed record now)")

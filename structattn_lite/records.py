@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
+import io
 import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from structattn_lite import __version__
+from structattn_lite import __version__, files
 from structattn_lite.config import runs_dir
 
 
@@ -228,24 +228,22 @@ class RunStore:
 
 
 def atomic_write(path: str | os.PathLike, what: str, write, binary: bool = False) -> Path:
-    """``write(fh)`` to a temp file beside ``path``, then replace it: a crash mid-write
-    never leaves half a file. StoreError naming ``path`` when it cannot be written (torch
-    reports a full disk as a RuntimeError)."""
-    path, tmp = Path(path), None
+    """``write(fh)`` to a temp file beside ``path``, then replace it (``files.replacing``):
+    a crash mid-write never leaves half a file. Text is UTF-8. StoreError naming ``path``
+    when it cannot be written (torch reports a full disk as a RuntimeError)."""
+    path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb" if binary else "w") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with files.replacing(path) as raw:
+            if binary:
+                write(raw)
+            else:
+                fh = io.TextIOWrapper(raw, encoding=files.ENCODING, newline="")
+                write(fh)
+                fh.flush()
+                fh.detach()  # leave ``raw`` open for replacing to sync and close
     except (OSError, RuntimeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise StoreError(f"cannot write the {what} {path}: {first}", err) from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
@@ -302,8 +300,8 @@ def export_histories(
     if keep_order is not None:
         order = [(k,) for k in keep_order]
         frame = keep_committed_rows(path, frame, ["key"], order, only_order=only_order)
-    frame.to_csv(
-        path, index=False, float_format="%.6g", compression={"method": "infer", "mtime": 0}
+    files.write_csv(
+        frame, path, index=False, float_format="%.6g", compression={"method": "infer", "mtime": 0}
     )
     return path
 

@@ -21,6 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from structattn_lite import files
 from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir
 from structattn_lite.names import DISPLAY_NAMES, display_name
 
@@ -187,12 +188,22 @@ def save_figure(
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{notebook}_{name}"
     png = stem.with_suffix(".png")
-    # a small pad: the saved file stays within the column the figure was drawn for
-    fig.savefig(png, dpi=SAVE_DPI, bbox_inches="tight", pad_inches=0.02, metadata=_PNG_META)
+    # each file drawn in memory, then moved into place whole (files.write_bytes)
+    files.write_bytes(png, figure_bytes(fig, "png"))
     if not pdf:
         return [png]
-    fig.savefig(stem.with_suffix(".pdf"), bbox_inches="tight", pad_inches=0.02, metadata=_PDF_META)
+    files.write_bytes(stem.with_suffix(".pdf"), figure_bytes(fig, "pdf"))
     return [png, stem.with_suffix(".pdf")]
+
+
+def figure_bytes(fig: matplotlib.figure.Figure, fmt: str) -> bytes:
+    """The bytes of ``fig`` as ``save_figure`` writes it in ``fmt`` ("png" or "pdf")."""
+    check_choice("fmt", fmt, ("png", "pdf"))
+    # a small pad: the saved file stays within the column the figure was drawn for
+    options = {"bbox_inches": "tight", "pad_inches": 0.02}
+    if fmt == "png":
+        return files.figure_bytes(fig, "png", dpi=SAVE_DPI, metadata=_PNG_META, **options)
+    return files.figure_bytes(fig, "pdf", metadata=_PDF_META, **options)
 
 
 # One colour per verdict of the ledger's vocabulary (stats.VERDICTS), in every figure.
@@ -228,7 +239,7 @@ def save_table(
     ``save_figure`` writes them."""
     paths = save_figure(table_figure(display, caption), notebook, name, profile, out=out)
     html = paths[0].with_suffix(".html")
-    html.write_text(style(display, caption).set_uuid(f"{notebook}_{name}").to_html())  # stable ids
+    files.write_text(html, style(display, caption).set_uuid(f"{notebook}_{name}").to_html())
     return [html, *paths]
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from toy_study import Toy, ToyStudy
 
-from structattn_lite import cli, locking, records
+from structattn_lite import cli, files, locking
 from structattn_lite import runs as run_driver
 from structattn_lite.data import text
 from structattn_lite.data.splits import make_dataset
@@ -415,7 +415,7 @@ def test_a_full_disk_gives_one_line_naming_the_store(runs, monkeypatch, capsys):
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(records, "tempfile", SimpleNamespace(mkstemp=no_space))
+    monkeypatch.setattr(files, "tempfile", SimpleNamespace(mkstemp=no_space))  # every write
     assert cli.main(SMOKE) == 1
     err = capsys.readouterr().err  # (and the runs' progress bar)
     assert err.count("structattn:") == 1 and str(runs) in err and "Traceback" not in err
