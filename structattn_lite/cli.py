@@ -299,6 +299,8 @@ def _findings(args) -> int:
         table = findings.check_committed()
         if args.write:  # everything made and checked first, then each file replaced whole
             findings.write_readme(table)
+        else:  # claims.csv as committed must be the ledger the records give
+            findings.check_ledger(table)
     except (ValueError, OSError) as err:  # a damaged committed file, a file in the way
         print(f"structattn: {_one_line(err)}", file=sys.stderr)
         return 1
@@ -423,7 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.set_defaults(func=_fetch)
 
     found = sub.add_parser("findings", help="the README's findings, from data/results")
-    found.add_argument("--write", action="store_true", help="rewrite them in README.md")
+    found.add_argument(
+        "--write",
+        action="store_true",
+        help="rewrite them: claims.csv, LEDGER.md, the findings figures and README.md's "
+        "section (without it: print them, exiting 1 naming each row where the committed "
+        "claims.csv differs from the ledger the records give)",
+    )
     found.set_defaults(func=_findings)
 
     figures = sub.add_parser(

@@ -526,6 +526,53 @@ def check_committed(table: pd.DataFrame | None = None) -> pd.DataFrame:
     return table
 
 
+def ledger_differences(table: pd.DataFrame) -> list[str]:
+    """Where the committed ``claims.csv`` differs from ``table`` (the ledger the committed
+    records give), compared as written (the CSV ``claims.write`` would write): each entry
+    an id with what differs, "id (verdict, reason)", "id (duplicated)", "id (missing)" or
+    "id (not in the ledger)", in the ledger's order; the columns, if they differ; [] when
+    the file is the ledger, row for row."""
+
+    def as_written(data: bytes) -> pd.DataFrame:
+        return pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
+
+    path = claims.path()
+    if not path.exists():
+        return [f"{path.name} (missing)"]
+    now = as_written(files.csv_bytes(table, path, index=False))
+    before = as_written(path.read_bytes())
+    if list(before.columns) != list(now.columns):
+        return [f"columns ({', '.join(before.columns)}; the ledger has {', '.join(now.columns)})"]
+    out = []
+    counts = before["id"].value_counts()
+    old = before.drop_duplicates("id").set_index("id")
+    for ident, row in now.set_index("id").iterrows():
+        if ident not in old.index:
+            out.append(f"{ident} (missing)")
+            continue
+        changed = [c for c in row.index if row[c] != old.at[ident, c]]
+        if counts[ident] > 1:
+            changed.append("duplicated")
+        if changed:
+            out.append(f"{ident} ({', '.join(changed)})")
+    out += [f"{i} (not in the ledger)" for i in old.index if i not in set(now["id"])]
+    if list(before.drop_duplicates("id")["id"]) != list(now["id"]) and not out:
+        out.append("the rows' order")
+    return out
+
+
+def check_ledger(table: pd.DataFrame) -> None:
+    """A one-line ValueError naming each row (and column) where the committed
+    ``claims.csv`` differs from ``table``, the ledger the committed records give (a
+    verdict edited by hand, a row duplicated or removed); None when they agree."""
+    if diffs := ledger_differences(table):
+        raise ValueError(
+            f"{claims.path()} differs from the ledger the committed records give in "
+            f"{len(diffs)} place(s): {'; '.join(diffs)}; run `structattn findings --write` "
+            "to rewrite it from data/results"
+        )
+
+
 def _drawings(table: pd.DataFrame | None = None) -> dict:
     """The four figures' names and the functions that draw them (from ``table``, the
     ledger, where a figure draws from it)."""
