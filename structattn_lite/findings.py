@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from structattn_lite import claims, files, stats
+from structattn_lite import claims, files, schemas, stats
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
@@ -503,6 +503,9 @@ def check_committed(table: pd.DataFrame | None = None) -> pd.DataFrame:
                 f"{path} {why}; restore it (git checkout -- {path.name} in data/results) "
                 "or re-export its grid before reading findings"
             )
+        if path.name != claims.CLAIMS_CSV:  # the ledger's own output: check_ledger's
+            if (why := schemas.committed_problem(path, pd.read_csv(path))) is not None:
+                raise ValueError(f"{why}; restore the file from git or re-export its grid")
     if table is None:
         try:
             table = claims.ledger()

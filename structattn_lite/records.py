@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from structattn_lite import __version__, files
+from structattn_lite import __version__, files, schemas
 from structattn_lite.config import runs_dir
 
 
@@ -90,6 +90,8 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, blob: dict[str, Any]) -> RunRecord:
+        if not isinstance(blob["history"], dict):  # a table is a dict of columns
+            raise ValueError(f"its history is a {type(blob['history']).__name__}, not a table")
         return cls(
             experiment=blob["experiment"],
             key=blob["key"],
@@ -106,7 +108,7 @@ class RunRecord:
 
 # A finished run: trained to the end, stopped by its rule, or stopped by the NaN/Inf guard
 # (a diverged run is a result). Anything else (an exception) is rerun by the next sweep.
-FINISHED = ("ok", "early_stop", "diverged")
+FINISHED = schemas.FINISHED
 
 
 class CorruptRecordWarning(UserWarning):
@@ -217,6 +219,8 @@ class RunStore:
             set_aside(path, path.with_suffix(".corrupt"), f"is corrupt ({err})")
             return None
         why = incomplete(record)
+        if why is None and record.status in FINISHED:  # values in range, history length
+            why = schemas.record_problem(record)
         if why is not None:
             set_aside(path, path.with_suffix(".corrupt"), f"is incomplete: it {why}")
             return None
