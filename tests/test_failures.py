@@ -296,7 +296,9 @@ SMOKE = ["run", "grokking", "--profile", "smoke", "--seed", "0", "--epochs", "1"
 
 
 def fake_run(cfg, progress=False, callbacks=(), device="cpu", checkpoint=None):
-    history = pd.DataFrame({"epoch": [1], "test_acc": [1.0]})
+    # every column a CSP run logs and its tables read (schemas.REQUIRED_HISTORY)
+    scores = ("train_acc", "test_acc", "test_f1", "test_seq_acc", "test_seq_f1")
+    history = pd.DataFrame({"epoch": [1], **{name: [1.0] for name in scores}})
     return RunRecord(EXPERIMENT, config_hash(EXPERIMENT, cfg), config_dict(cfg), history)
 
 
