@@ -100,15 +100,26 @@ def _configs(args) -> list:
     return [dataclasses.replace(c, **changes) for c in configs]
 
 
-def _check(args) -> None:
-    """Every argument, before anything trains: a ValueError naming the bad one."""
-    from structattn_lite.studies import get_study
-
+def _check_light(args) -> None:
+    """The arguments checked without torch or a study (a refusal in a fraction of a
+    second): a ValueError naming the bad one."""
     if getattr(args, "threads", None) is not None:  # checked first, as an integer >= 1 too
         config.check_threads("--threads", args.threads)
     for name in ("epochs", "length"):
         if getattr(args, name, None) is not None:
             config.check_int(f"--{name}", getattr(args, name), minimum=1)
+    if getattr(args, "address", None) is not None and args.executor != "ray":
+        raise ValueError(
+            f"--address {args.address} needs --executor ray (it names a Ray cluster); "
+            f"the executor is {args.executor!r}"
+        )
+
+
+def _check(args) -> None:
+    """Every argument, before anything trains: a ValueError naming the bad one."""
+    from structattn_lite.studies import get_study
+
+    _check_light(args)
     if getattr(args, "device", None) is not None:
         config.resolve_device(args.device, kinds=config.TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:
@@ -329,6 +340,26 @@ def _figures(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a refusal in one line (its usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _nonempty(flag: str):
+    """An argparse type: the text given, refusing an empty one (which would otherwise
+    mean the default silently), naming ``flag``."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"needs a value, got {text!r}")
+        return text
+
+    parse.__name__ = flag  # argparse names the type in some messages
+    return parse
+
+
 def _execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device",
@@ -344,8 +375,9 @@ def _execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address",
         default=None,
-        help="with --executor ray: the address of an existing Ray cluster "
-        "(default: start a local Ray instance)",
+        type=_nonempty("--address"),
+        help="with --executor ray (refused without it): the address of an existing Ray "
+        "cluster (default: start a local Ray instance)",
     )
     p.add_argument(
         "--threads",
@@ -359,11 +391,11 @@ def _execution_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="train nothing; use only the runs already on disk",
     )
-    p.add_argument("--runs-dir", default=None, help=RUNS_HELP)
+    p.add_argument("--runs-dir", default=None, type=_nonempty("--runs-dir"), help=RUNS_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="structattn",
         description=__doc__.split("\n")[0],
         epilog="Run records are kept in $STRUCTATTN_RUNS (default: data/runs/ in the "
@@ -383,12 +415,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--grid",
         default=None,
+        type=_nonempty("--grid"),
         help=f"a grid by name instead of the profile's: {', '.join(config.GRIDS)}, or a study's "
         "other committed grid (e.g. grokking: paper_era; length: authors); a committed "
         "grid's results ship in data/results",
     )
-    run.add_argument("--task", nargs="*", help="only these tasks (e.g. parity mod3)")
-    run.add_argument("--seed", nargs="*", type=int, help="only these seeds")
+    run.add_argument(
+        "--task",
+        nargs="+",
+        action="extend",
+        type=_nonempty("--task"),
+        help="only these tasks (e.g. parity mod3); repeated, they add up: --task parity "
+        "--task mod3 is --task parity mod3",
+    )
+    run.add_argument(
+        "--seed",
+        nargs="+",
+        action="extend",
+        type=int,
+        help="only these seeds; repeated, they add up: --seed 0 --seed 1 is --seed 0 1",
+    )
     run.add_argument("--epochs", type=int, help="override every run's epoch count")
     run.add_argument("--length", type=int, help="override the training length of every run")
     run.add_argument(
@@ -410,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--grid",
         required=True,
+        type=_nonempty("--grid"),
         help="the committed grid to export (grokking: gap, "
         "paper_era; ablations: paper_text, paper_table4; length: committed, authors; "
         "attention: committed, long, lowparam)",
@@ -421,7 +468,12 @@ def build_parser() -> argparse.ArgumentParser:
     data_sub = data.add_subparsers(dest="action", required=True)
     fetch = data_sub.add_parser("fetch", help="download a dataset (needs a network)")
     fetch.add_argument("dataset", choices=("ptb", "cifar10"))
-    fetch.add_argument("--root", default=None, help="default: $STRUCTATTN_DATA, then data/")
+    fetch.add_argument(
+        "--root",
+        default=None,
+        type=_nonempty("--root"),
+        help="default: $STRUCTATTN_DATA, then data/",
+    )
     fetch.set_defaults(func=_fetch)
 
     found = sub.add_parser("findings", help="the README's findings, from data/results")
@@ -441,9 +493,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     study = sub.add_parser("study", help="execute the notebooks into reports/ (as make study)")
     study.add_argument("--profile", choices=config.PROFILES, default="quick")
-    study.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 03")
+    study.add_argument(
+        "--only",
+        nargs="+",
+        action="extend",
+        type=_nonempty("--only"),
+        help="notebook name prefixes, e.g. 03; repeated, they add up",
+    )
     study.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (default cpu)")
-    study.add_argument("--runs-dir", default=None, help=RUNS_HELP)
+    study.add_argument("--runs-dir", default=None, type=_nonempty("--runs-dir"), help=RUNS_HELP)
     study.set_defaults(func=_study)
     return parser
 
@@ -472,6 +530,7 @@ def _check_path(param: str, path: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_light(args)  # before torch is imported
         if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
             os.environ["STRUCTATTN_RUNS"] = _check_path("--runs-dir", args.runs_dir)
         _check(args)

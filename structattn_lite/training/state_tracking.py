@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.config import (
+    check_bools,
+    check_choice,
+    check_fraction_below_one,
+    check_int,
+    check_seed,
+)
 from structattn_lite.data.splits import StateTrackingData, check_size, make_dataset
 from structattn_lite.data.tasks import LABELS, PAPER_N, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
@@ -60,10 +66,12 @@ class CSPRun:
         check_choice("model", self.model, MODELS)
         check_choice("labels", self.labels, LABELS)
         check_choice("loss", self.loss, LOSSES)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
+        check_bools(self)  # leaky=1 would be a new config (a new hash) for the same run
         for name in ("length", "n", "epochs", "batch_size"):
             check_int(name, getattr(self, name), minimum=1)
-        check_number("val_fraction", self.val_fraction, minimum=0)  # NaN would mean none
+        # NaN would mean none; 1 would leave no training string
+        check_fraction_below_one("val_fraction", self.val_fraction)
         check_size(self.n, self.length)  # a length it cannot serve: now, not mid-sweep
         if self.hold_perfect is not None:
             check_int("hold_perfect", self.hold_perfect, minimum=1)
