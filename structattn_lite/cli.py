@@ -527,12 +527,34 @@ def _check_path(param: str, path: str) -> str:
     return full
 
 
+def _check_store_root(param: str, root) -> None:
+    """A ValueError naming ``param`` when the run store's root is no folder (a file, a
+    link loop, a path through a file) and cannot become one; one line, not one per run."""
+    path = os.fspath(root)
+    try:
+        if not os.path.isdir(os.path.realpath(path, strict=True)):
+            raise ValueError(f"{param}={path!r} is a file; it must name a folder of run records")
+        return
+    except FileNotFoundError:
+        pass  # made when the first record is written, if its parents allow
+    except OSError as err:  # a link loop, a path through a file
+        raise ValueError(f"{param}={path!r} cannot be a folder: {err.strerror}") from None
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"{param}={path!r} cannot be made: {parent} is not a folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _check_light(args)  # before torch is imported
         if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
             os.environ["STRUCTATTN_RUNS"] = _check_path("--runs-dir", args.runs_dir)
+        if args.command in ("run", "export", "study"):  # the commands that use the store
+            named = "--runs-dir" if getattr(args, "runs_dir", None) else "STRUCTATTN_RUNS"
+            _check_store_root(named, config.runs_dir())
         _check(args)
     except ValueError as err:
         print(f"structattn: {err}", file=sys.stderr)

@@ -15,6 +15,7 @@ import csv
 import fnmatch
 import gzip
 import io
+import os
 import re
 from pathlib import Path
 
@@ -497,6 +498,12 @@ def check_committed(table: pd.DataFrame | None = None) -> pd.DataFrame:
     ValueError naming the file or the claims (a file cut mid-row changed verdicts
     silently)."""
     root = results_dir()
+    if not root.is_dir():
+        named = "STRUCTATTN_RESULTS" if os.environ.get("STRUCTATTN_RESULTS") else "data/results"
+        raise ValueError(
+            f"{root} ({named}) is not a folder of committed results; point STRUCTATTN_RESULTS "
+            "at one, or restore data/results from git"
+        )
     for path in sorted([*root.glob("*.csv"), *root.glob("*.csv.gz")]):
         if (why := _damage(path)) is not None:
             raise ValueError(

@@ -108,3 +108,34 @@ def test_a_config_refuses_a_value_out_of_its_range_naming_it(case):
     with pytest.raises(ValueError, match=rf"^{name}\b") as err:
         make(**changes)
     assert len(str(err.value).splitlines()) == 1
+
+
+# --- the store's root and the committed results' folder ------------------------------------
+
+
+@pytest.mark.parametrize("how", ["a file", "a link loop", "a path through a file"])
+def test_a_store_root_that_cannot_be_a_folder_is_refused_in_one_line(tmp_path, capsys, how):
+    from structattn_lite import cli
+
+    target = tmp_path / "runs"
+    if how == "a file":
+        target.write_text("not a folder")
+    elif how == "a link loop":
+        target.symlink_to(target)
+    else:
+        (tmp_path / "file").write_text("")
+        target = tmp_path / "file" / "runs"
+    argv = ["run", "grokking", "--profile", "smoke", "--epochs", "1", "--runs-dir", str(target)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--runs-dir" in err and str(target) in err, err
+
+
+def test_findings_name_a_results_folder_that_is_missing(tmp_path, monkeypatch, capsys):
+    from structattn_lite import cli
+
+    missing = tmp_path / "no such results"
+    monkeypatch.setenv("STRUCTATTN_RESULTS", str(missing))
+    assert cli.main(["findings"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(missing) in err and "STRUCTATTN_RESULTS" in err
