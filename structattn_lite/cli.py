@@ -56,6 +56,12 @@ def _check_flags(args) -> None:
     from structattn_lite.studies import get_study
 
     fields = _fields(get_study(args.study))
+    if getattr(args, "seed_batching", False) and not hasattr(get_study(args.study), "setup"):
+        takers = [n for n in config.STUDY_NAMES if hasattr(get_study(n), "setup")]
+        raise ValueError(
+            f"--seed-batching is not taken by the {args.study} study (each of its runs "
+            f"trains itself); the studies that take it are: {', '.join(takers)}"
+        )
     for flag, names in FLAG_FIELDS.items():
         if getattr(args, flag, None) is not None and not fields & set(names):
             takers = [n for n in config.STUDY_NAMES if _fields(get_study(n)) & set(names)]

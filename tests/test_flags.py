@@ -139,3 +139,13 @@ def test_findings_name_a_results_folder_that_is_missing(tmp_path, monkeypatch, c
     assert cli.main(["findings"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(missing) in err and "STRUCTATTN_RESULTS" in err
+
+
+def test_seed_batching_is_refused_by_a_study_that_does_not_take_it(tmp_path, capsys):
+    from structattn_lite import cli
+
+    argv = ["run", "attention", "--profile", "smoke", "--seed-batching", "--runs-dir"]
+    assert cli.main([*argv, str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--seed-batching" in err and "grokking" in err, err
+    assert not (tmp_path / "runs").exists()  # nothing trained
