@@ -103,7 +103,11 @@ def _configs(args) -> list:
     changes = {k: v for k, v in overrides.items() if v is not None and k in fields}
     if not configs:
         raise ValueError(f"no run of study {args.study!r} matches those filters")
-    return [dataclasses.replace(c, **changes) for c in configs]
+    configs = [dataclasses.replace(c, **changes) for c in configs]
+    for c in configs:  # each run's data can be drawn (--length 3: only 8 parity strings)
+        if hasattr(c, "check_data"):
+            c.check_data()
+    return configs
 
 
 def _check_light(args) -> None:

@@ -94,6 +94,9 @@ BAD_CONFIGS = {
     "CSPRun leaky 1": (csp, {"leaky": 1}, "leaky"),
     "attention shared_qk 1": (attention_run, {"shared_qk": 1}, "shared_qk"),
     "attention read_test 0": (attention_run, {"read_test": 0}, "read_test"),
+    "CSPRun n too small to split": (csp, {"n": 2}, "n"),
+    "CSPRun parentheses at an odd length": (csp, {"task": "dyck1", "length": 15}, "length"),
+    "LengthRun n too small to split": (length_run, {"n": 2}, "n"),
 }
 
 
@@ -149,3 +152,14 @@ def test_seed_batching_is_refused_by_a_study_that_does_not_take_it(tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--seed-batching" in err and "grokking" in err, err
     assert not (tmp_path / "runs").exists()  # nothing trained
+
+
+def test_length_is_checked_against_every_runs_data_before_the_first_trains(tmp_path, capsys):
+    from structattn_lite import cli
+
+    runs = tmp_path / "runs"
+    argv = ["run", "ablations", "--grid", "smoke", "--length", "3", "--runs-dir", str(runs)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "length 3" in err and "only 8 exist" in err, err
+    assert not runs.exists()  # nothing trained

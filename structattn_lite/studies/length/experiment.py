@@ -37,7 +37,7 @@ from structattn_lite.config import (
     check_int,
     check_seed,
 )
-from structattn_lite.data.splits import check_size, make_dataset
+from structattn_lite.data.splits import check_dataset, check_size, make_dataset
 from structattn_lite.data.tasks import TASKS, make_task
 from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
@@ -111,8 +111,17 @@ class LengthRun:
         check_size(self.n, self.train_length, "train_length")  # a length it cannot serve
         check_size(self.n_eval, self.max_eval_length, "max_eval_length")
         task = make_task(self.task, **self.task_options)
+        self.check_data(distinct=False)  # n too small to split, a length with no strings
         with torch.device("meta"):  # unknown model options fail now, not mid-sweep
             build_length_model(self, task.n_classes, task.vocab_size)
+
+    def check_data(self, distinct: bool = True) -> None:
+        """The fixed protocol's split (``fixed_protocol_data``), checked without sampling, as
+        ``CSPRun.check_data`` checks its own."""
+        if self.protocol == "fixed":
+            check_dataset(self.task, self.n, self.train_length, labels="prefix",
+                          leaky=self.split == "random" or not distinct,
+                          val_fraction=self.val_fraction, **self.task_options)  # fmt: skip
 
 
 def build_length_model(cfg: LengthRun, n_classes: int, vocab_size: int = 2):
