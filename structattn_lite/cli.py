@@ -105,8 +105,15 @@ def _configs(args) -> list:
         raise ValueError(f"no run of study {args.study!r} matches those filters")
     configs = [dataclasses.replace(c, **changes) for c in configs]
     for c in configs:  # each run's data can be drawn (--length 3: only 8 parity strings)
-        if hasattr(c, "check_data"):
-            c.check_data()
+        try:
+            if hasattr(c, "check_data"):
+                c.check_data()
+        except ValueError as err:
+            named = ", ".join(f"{k}={getattr(c, k)}" for k in ("task", "preset", "model", "seed")
+                              if hasattr(c, k))  # fmt: skip
+            raise ValueError(
+                f"the {args.study} run ({named}) cannot draw its data: {err}"
+            ) from None
     return configs
 
 
