@@ -56,6 +56,12 @@ def _check_flags(args) -> None:
     from structattn_lite.studies import get_study
 
     fields = _fields(get_study(args.study))
+    if getattr(args, "seed_batching", False) and not hasattr(get_study(args.study), "setup"):
+        takers = [n for n in config.STUDY_NAMES if hasattr(get_study(n), "setup")]
+        raise ValueError(
+            f"--seed-batching is not taken by the {args.study} study (each of its runs "
+            f"trains itself); the studies that take it are: {', '.join(takers)}"
+        )
     for flag, names in FLAG_FIELDS.items():
         if getattr(args, flag, None) is not None and not fields & set(names):
             takers = [n for n in config.STUDY_NAMES if _fields(get_study(n)) & set(names)]
@@ -97,18 +103,40 @@ def _configs(args) -> list:
     changes = {k: v for k, v in overrides.items() if v is not None and k in fields}
     if not configs:
         raise ValueError(f"no run of study {args.study!r} matches those filters")
-    return [dataclasses.replace(c, **changes) for c in configs]
+    configs = [dataclasses.replace(c, **changes) for c in configs]
+    for c in configs:  # each run's data can be drawn (--length 3: only 8 parity strings)
+        try:
+            if hasattr(c, "check_data"):
+                c.check_data()
+        except ValueError as err:
+            named = ", ".join(f"{k}={getattr(c, k)}" for k in ("task", "preset", "model", "seed")
+                              if hasattr(c, k))  # fmt: skip
+            raise ValueError(
+                f"the {args.study} run ({named}) cannot draw its data: {err}"
+            ) from None
+    return configs
+
+
+def _check_light(args) -> None:
+    """The arguments checked without torch or a study (a refusal in a fraction of a
+    second): a ValueError naming the bad one."""
+    if getattr(args, "threads", None) is not None:  # checked first, as an integer >= 1 too
+        config.check_threads("--threads", args.threads)
+    for name in ("epochs", "length"):
+        if getattr(args, name, None) is not None:
+            config.check_int(f"--{name}", getattr(args, name), minimum=1)
+    if getattr(args, "address", None) is not None and args.executor != "ray":
+        raise ValueError(
+            f"--address {args.address} needs --executor ray (it names a Ray cluster); "
+            f"the executor is {args.executor!r}"
+        )
 
 
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
     from structattn_lite.studies import get_study
 
-    if getattr(args, "threads", None) is not None:  # checked first, as an integer >= 1 too
-        config.check_threads("--threads", args.threads)
-    for name in ("epochs", "length"):
-        if getattr(args, name, None) is not None:
-            config.check_int(f"--{name}", getattr(args, name), minimum=1)
+    _check_light(args)
     if getattr(args, "device", None) is not None:
         config.resolve_device(args.device, kinds=config.TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:
@@ -287,19 +315,27 @@ def _study(args) -> int:
         return _report_unfinished(log)
 
 
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _findings(args) -> int:
     from structattn_lite import findings
 
     try:
-        findings.check_committed()
-    except ValueError as err:  # a damaged committed file: never verdicts from it
-        print(f"structattn: {err}", file=sys.stderr)
+        table = findings.check_committed()
+        if args.write:  # everything made and checked first, then each file replaced whole
+            findings.write_readme(table)
+        else:  # claims.csv as committed must be the ledger the records give
+            findings.check_ledger(table)
+    except (ValueError, OSError) as err:  # a damaged committed file, a file in the way
+        print(f"structattn: {_one_line(err)}", file=sys.stderr)
         return 1
     if args.write:
-        findings.write_readme()
         print("README.md findings rewritten from data/results")
     else:
-        print(findings.render())
+        print(findings.render(table))
     return 0
 
 
@@ -307,13 +343,38 @@ def _figures(args) -> int:
     from structattn_lite import committed_figures
 
     folder = config.figures_dir()
-    written = committed_figures.write_all(folder)
+    try:  # every file's place checked before any is drawn; each then replaced whole
+        committed_figures.check_targets(folder)
+        written = committed_figures.write_all(folder)
+    except (ValueError, OSError) as err:
+        print(f"structattn: {_one_line(err)}", file=sys.stderr)
+        return 1
     for path in committed_figures.stale(folder, written):  # only files it drew itself
         path.unlink()
         print(f"{path}: removed (drawn earlier, from no committed record now)")
     committed_figures.record_drawn(folder, written)
     print(f"{len(written)} files in {folder} redrawn from data/results")
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a refusal in one line (its usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _nonempty(flag: str):
+    """An argparse type: the text given, refusing an empty one (which would otherwise
+    mean the default silently), naming ``flag``."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"needs a value, got {text!r}")
+        return text
+
+    parse.__name__ = flag  # argparse names the type in some messages
+    return parse
 
 
 def _execution_options(p: argparse.ArgumentParser) -> None:
@@ -331,8 +392,9 @@ def _execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address",
         default=None,
-        help="with --executor ray: the address of an existing Ray cluster "
-        "(default: start a local Ray instance)",
+        type=_nonempty("--address"),
+        help="with --executor ray (refused without it): the address of an existing Ray "
+        "cluster (default: start a local Ray instance)",
     )
     p.add_argument(
         "--threads",
@@ -346,11 +408,11 @@ def _execution_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="train nothing; use only the runs already on disk",
     )
-    p.add_argument("--runs-dir", default=None, help=RUNS_HELP)
+    p.add_argument("--runs-dir", default=None, type=_nonempty("--runs-dir"), help=RUNS_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="structattn",
         description=__doc__.split("\n")[0],
         epilog="Run records are kept in $STRUCTATTN_RUNS (default: data/runs/ in the "
@@ -370,12 +432,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--grid",
         default=None,
+        type=_nonempty("--grid"),
         help=f"a grid by name instead of the profile's: {', '.join(config.GRIDS)}, or a study's "
         "other committed grid (e.g. grokking: paper_era; length: authors); a committed "
         "grid's results ship in data/results",
     )
-    run.add_argument("--task", nargs="*", help="only these tasks (e.g. parity mod3)")
-    run.add_argument("--seed", nargs="*", type=int, help="only these seeds")
+    run.add_argument(
+        "--task",
+        nargs="+",
+        action="extend",
+        type=_nonempty("--task"),
+        help="only these tasks (e.g. parity mod3); repeated, they add up: --task parity "
+        "--task mod3 is --task parity mod3",
+    )
+    run.add_argument(
+        "--seed",
+        nargs="+",
+        action="extend",
+        type=int,
+        help="only these seeds; repeated, they add up: --seed 0 --seed 1 is --seed 0 1",
+    )
     run.add_argument("--epochs", type=int, help="override every run's epoch count")
     run.add_argument("--length", type=int, help="override the training length of every run")
     run.add_argument(
@@ -397,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--grid",
         required=True,
+        type=_nonempty("--grid"),
         help="the committed grid to export (grokking: gap, "
         "paper_era; ablations: paper_text, paper_table4; length: committed, authors; "
         "attention: committed, long, lowparam)",
@@ -408,11 +485,22 @@ def build_parser() -> argparse.ArgumentParser:
     data_sub = data.add_subparsers(dest="action", required=True)
     fetch = data_sub.add_parser("fetch", help="download a dataset (needs a network)")
     fetch.add_argument("dataset", choices=("ptb", "cifar10"))
-    fetch.add_argument("--root", default=None, help="default: $STRUCTATTN_DATA, then data/")
+    fetch.add_argument(
+        "--root",
+        default=None,
+        type=_nonempty("--root"),
+        help="default: $STRUCTATTN_DATA, then data/",
+    )
     fetch.set_defaults(func=_fetch)
 
     found = sub.add_parser("findings", help="the README's findings, from data/results")
-    found.add_argument("--write", action="store_true", help="rewrite them in README.md")
+    found.add_argument(
+        "--write",
+        action="store_true",
+        help="rewrite them: claims.csv, LEDGER.md, the findings figures and README.md's "
+        "section (without it: print them, exiting 1 naming each row where the committed "
+        "claims.csv differs from the ledger the records give)",
+    )
     found.set_defaults(func=_findings)
 
     figures = sub.add_parser(
@@ -422,9 +510,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     study = sub.add_parser("study", help="execute the notebooks into reports/ (as make study)")
     study.add_argument("--profile", choices=config.PROFILES, default="quick")
-    study.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 03")
+    study.add_argument(
+        "--only",
+        nargs="+",
+        action="extend",
+        type=_nonempty("--only"),
+        help="notebook name prefixes, e.g. 03; repeated, they add up",
+    )
     study.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (default cpu)")
-    study.add_argument("--runs-dir", default=None, help=RUNS_HELP)
+    study.add_argument("--runs-dir", default=None, type=_nonempty("--runs-dir"), help=RUNS_HELP)
     study.set_defaults(func=_study)
     return parser
 
@@ -450,11 +544,34 @@ def _check_path(param: str, path: str) -> str:
     return full
 
 
+def _check_store_root(param: str, root) -> None:
+    """A ValueError naming ``param`` when the run store's root is no folder (a file, a
+    link loop, a path through a file) and cannot become one; one line, not one per run."""
+    path = os.fspath(root)
+    try:
+        if not os.path.isdir(os.path.realpath(path, strict=True)):
+            raise ValueError(f"{param}={path!r} is a file; it must name a folder of run records")
+        return
+    except FileNotFoundError:
+        pass  # made when the first record is written, if its parents allow
+    except OSError as err:  # a link loop, a path through a file
+        raise ValueError(f"{param}={path!r} cannot be a folder: {err.strerror}") from None
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"{param}={path!r} cannot be made: {parent} is not a folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_light(args)  # before torch is imported
         if getattr(args, "runs_dir", None):  # the store, and the notebooks' kernels, read it
             os.environ["STRUCTATTN_RUNS"] = _check_path("--runs-dir", args.runs_dir)
+        if args.command in ("run", "export", "study"):  # the commands that use the store
+            named = "--runs-dir" if getattr(args, "runs_dir", None) else "STRUCTATTN_RUNS"
+            _check_store_root(named, config.runs_dir())
         _check(args)
     except ValueError as err:
         print(f"structattn: {err}", file=sys.stderr)

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
+from structattn_lite import files
 from structattn_lite.config import COMMITTED
 from structattn_lite.findings import FIGURES as FINDINGS
 from structattn_lite.names import display_name
@@ -171,6 +172,20 @@ def _write(name: str, out: Path | None) -> tuple[Figure | Table, list[Path]]:
     return drawn, paths
 
 
+def targets(folder: Path) -> list[Path]:
+    """Every file ``write_all`` may write into ``folder``: each registered name as PNG,
+    PDF and (a table) HTML, and the manifest."""
+    return [folder / f"{name}.{ext}" for name in FIGURES for ext in ("png", "pdf", "html")] + [
+        folder / MANIFEST
+    ]
+
+
+def check_targets(folder: Path) -> list[Path]:
+    """``targets(folder)`` when each can be written; else a one-line ``files.WriteRefused``
+    naming the first that cannot (a directory in its place, a folder not writable)."""
+    return files.check_writable(targets(folder))
+
+
 def write_all(out: Path | None = None) -> list[Path]:
     """Redraw every registered figure into ``out`` (default ``figures/``); returns the
     paths written."""
@@ -220,5 +235,5 @@ def stale(folder: Path, written: list[Path]) -> list[Path]:
 def record_drawn(folder: Path, written: list[Path]) -> Path:
     """Write the manifest of the files drawn into ``folder``."""
     path = folder / MANIFEST
-    path.write_text(json.dumps(sorted(p.name for p in written), indent=0) + "\n")
+    files.write_text(path, json.dumps(sorted(p.name for p in written), indent=0) + "\n")
     return path

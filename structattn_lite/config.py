@@ -7,6 +7,7 @@ the user's cached runs or committed figures.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterable
@@ -29,6 +30,41 @@ def check_int(param: str, value: Any, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{param} must be >= {minimum}, got {value}")
     return value
+
+
+SEED_MAX = 2**32 - 1  # numpy's and every generator's seed range; torch's is wider
+
+
+def check_seed(param: str, value: Any) -> int:
+    """A seed: an integer from 0 to ``SEED_MAX`` (a larger one failed only when training
+    seeded its generators, without naming the seed)."""
+    check_int(param, value, minimum=0)
+    if value > SEED_MAX:
+        raise ValueError(f"{param} must be at most {SEED_MAX} (2**32 - 1), got {value}")
+    return value
+
+
+def check_bool(param: str, value: Any) -> bool:
+    """True or False only: 1, 0 or 'yes' would make a config with a new hash for the
+    same run."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{param} must be True or False, got {value!r}")
+    return value
+
+
+def check_bools(config: Any) -> None:
+    """``check_bool`` on every field of the dataclass ``config`` declared ``bool``."""
+    for f in dataclasses.fields(config):
+        if f.type in (bool, "bool"):
+            check_bool(f.name, getattr(config, f.name))
+
+
+def check_fraction_below_one(param: str, value: Any) -> float:
+    """A share in [0, 1): a split that must leave something for the other part."""
+    check_number(param, value, minimum=0)
+    if value >= 1:
+        raise ValueError(f"{param} must be below 1 (a share of the data), got {value}")
+    return float(value)
 
 
 def check_threads(param: str, value: Any) -> int:

@@ -15,6 +15,7 @@ import csv
 import fnmatch
 import gzip
 import io
+import os
 import re
 from pathlib import Path
 
@@ -23,13 +24,13 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from structattn_lite import claims, names, stats
+from structattn_lite import claims, files, names, schemas, stats
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.claims.rules import CONFIRMATORY, EXPLORATORY
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
-from structattn_lite.report import VERDICT_COLOR, figure_size, save_figure
+from structattn_lite.report import VERDICT_COLOR, figure_bytes, figure_size, save_figure
 from structattn_lite.studies.grokking.experiment import committed_records
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
 from structattn_lite.studies.length.authors import AUTHORS_TASK
@@ -540,10 +541,14 @@ def render_ledger(table: pd.DataFrame | None = None) -> str:
 
 def readme_section(text: str | None = None) -> str:
     """The section currently in README.md (between the markers)."""
-    text = text if text is not None else (repo_root() / "README.md").read_text()
+    readme = repo_root() / "README.md"
+    text = text if text is not None else files.read_text(readme)
     match = re.search(re.escape(START) + r"\n(.*?)\n" + re.escape(END), text, re.S)
     if not match:
-        raise ValueError(f"README.md has no {START} ... {END} section")
+        raise ValueError(
+            f"{readme} has no {START} ... {END} section (each marker on a line of its own); "
+            "restore the markers (git checkout -- README.md) before writing findings"
+        )
     return match.group(1)
 
 
@@ -574,12 +579,21 @@ def check_committed(table: pd.DataFrame | None = None) -> pd.DataFrame:
     ValueError naming the file or the claims (a file cut mid-row changed verdicts
     silently)."""
     root = results_dir()
+    if not root.is_dir():
+        named = "STRUCTATTN_RESULTS" if os.environ.get("STRUCTATTN_RESULTS") else "data/results"
+        raise ValueError(
+            f"{root} ({named}) is not a folder of committed results; point STRUCTATTN_RESULTS "
+            "at one, or restore data/results from git"
+        )
     for path in sorted([*root.glob("*.csv"), *root.glob("*.csv.gz")]):
         if (why := _damage(path)) is not None:
             raise ValueError(
                 f"{path} {why}; restore it (git checkout -- {path.name} in data/results) "
                 "or re-export its grid before reading findings"
             )
+        if path.name != claims.CLAIMS_CSV:  # the ledger's own output: check_ledger's
+            if (why := schemas.committed_problem(path, pd.read_csv(path))) is not None:
+                raise ValueError(f"{why}; restore the file from git or re-export its grid")
     if table is None:
         try:
             table = claims.ledger()
@@ -603,25 +617,105 @@ def check_committed(table: pd.DataFrame | None = None) -> pd.DataFrame:
     return table
 
 
-def write_figures(out: Path | None = None) -> list[Path]:
+def ledger_differences(table: pd.DataFrame) -> list[str]:
+    """Where the committed ``claims.csv`` differs from ``table`` (the ledger the committed
+    records give), compared as written (the CSV ``claims.write`` would write): each entry
+    an id with what differs, "id (verdict, reason)", "id (duplicated)", "id (missing)" or
+    "id (not in the ledger)", in the ledger's order; the columns, if they differ; [] when
+    the file is the ledger, row for row."""
+
+    def as_written(data: bytes) -> pd.DataFrame:
+        return pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
+
+    path = claims.path()
+    if not path.exists():
+        return [f"{path.name} (missing)"]
+    now = as_written(files.csv_bytes(table, path, index=False))
+    before = as_written(path.read_bytes())
+    if list(before.columns) != list(now.columns):
+        return [f"columns ({', '.join(before.columns)}; the ledger has {', '.join(now.columns)})"]
+    out = []
+    counts = before["id"].value_counts()
+    old = before.drop_duplicates("id").set_index("id")
+    for ident, row in now.set_index("id").iterrows():
+        if ident not in old.index:
+            out.append(f"{ident} (missing)")
+            continue
+        changed = [c for c in row.index if row[c] != old.at[ident, c]]
+        if counts[ident] > 1:
+            changed.append("duplicated")
+        if changed:
+            out.append(f"{ident} ({', '.join(changed)})")
+    out += [f"{i} (not in the ledger)" for i in old.index if i not in set(now["id"])]
+    if list(before.drop_duplicates("id")["id"]) != list(now["id"]) and not out:
+        out.append("the rows' order")
+    return out
+
+
+def check_ledger(table: pd.DataFrame) -> None:
+    """A one-line ValueError naming each row (and column) where the committed
+    ``claims.csv`` differs from ``table``, the ledger the committed records give (a
+    verdict edited by hand, a row duplicated or removed); None when they agree."""
+    if diffs := ledger_differences(table):
+        raise ValueError(
+            f"{claims.path()} differs from the ledger the committed records give in "
+            f"{len(diffs)} place(s): {'; '.join(diffs)}; run `structattn findings --write` "
+            "to rewrite it from data/results"
+        )
+
+
+def _drawings(table: pd.DataFrame | None = None) -> dict:
+    """The four figures' names and the functions that draw them (from ``table``, the
+    ledger, where a figure draws from it)."""
+    ledger = (lambda: table) if table is not None else claims.ledger
+    return {"findings_ledger": lambda: ledger_figure(ledger()),
+            "findings_attention": lambda: attention_figure(ledger()),
+            "findings_grokking": grokking_figure, "findings_length": length_figure}  # fmt: skip
+
+
+def write_figures(out: Path | None = None, table: pd.DataFrame | None = None) -> list[Path]:
     """Render the four figures into ``out`` (default ``figures/``), PNG only."""
-    drawn = {"findings_ledger": lambda: ledger_figure(claims.ledger()),
-             "findings_attention": lambda: attention_figure(claims.ledger()),
-             "findings_grokking": grokking_figure, "findings_length": length_figure}  # fmt: skip
     paths = []
-    for name in FIGURES:
-        fig = drawn[name]()
+    for name, draw in _drawings(table).items():
+        fig = draw()
         paths.append(save_figure(fig, *name.split("_", 1), out=out or figures_dir(), pdf=False)[0])
         plt.close(fig)
     return paths
 
 
-def write_readme() -> None:
-    """Rewrite claims.csv, the four figures, LEDGER.md and the README section."""
-    claims.write()
-    write_figures()
-    (repo_root() / LEDGER_MD).write_text(render_ledger())
-    path = repo_root() / "README.md"
-    text = path.read_text()
+def planned_writes(table: pd.DataFrame | None = None) -> dict[Path, bytes]:
+    """Every file ``findings --write`` writes, and its new bytes, all made in memory:
+    claims.csv, the four figures, LEDGER.md and README.md with its section replaced. A
+    one-line ValueError naming the file when one cannot be made or written (the README's
+    markers missing, a directory or an unwritable folder in the way), before any is."""
+    readme = repo_root() / "README.md"
+    targets = [claims.path(), *(figures_dir() / f"{name}.png" for name in FIGURES),
+               repo_root() / LEDGER_MD, readme]  # fmt: skip
+    files.check_writable(targets)
+    try:
+        text = files.read_text(readme)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {readme}: {err}") from None
     old = readme_section(text)
-    path.write_text(text.replace(f"{START}\n{old}\n{END}", f"{START}\n{render()}\n{END}"))
+    table = claims.ledger() if table is None else table
+    writes = {claims.path(): files.csv_bytes(table, claims.path(), index=False)}
+    for name, draw in _drawings(table).items():
+        fig = draw()
+        writes[figures_dir() / f"{name}.png"] = figure_bytes(fig, "png")
+        plt.close(fig)
+    writes[repo_root() / LEDGER_MD] = render_ledger(table).encode(files.ENCODING)
+    section = f"{START}\n{render(table)}\n{END}"
+    writes[readme] = text.replace(f"{START}\n{old}\n{END}", section).encode(files.ENCODING)
+    assert list(writes) == targets, "planned_writes' targets and writes disagree"
+    return writes
+
+
+def write_readme(table: pd.DataFrame | None = None) -> list[Path]:
+    """Rewrite claims.csv, the four figures, LEDGER.md and the README section, from
+    ``table`` (default: the ledger the committed records give). Everything is made and
+    checked first (``planned_writes``); then each file is replaced whole, so a kill
+    leaves each one old or new, never cut short."""
+    writes = planned_writes(table)
+    for path, data in writes.items():
+        files.write_bytes(path, data)
+    return list(writes)

@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+from structattn_lite import files
 from structattn_lite.config import check_number, check_profile, repo_root
 from structattn_lite.runs import PROGRESS_ENV, read_progress
 
@@ -232,7 +233,7 @@ def export_html(notebook: Path, out_dir: Path | None = None) -> Path:
     html = html.replace(mathjax_script, _MATHJAX_CONFIG + mathjax_script, 1)
     html = html.replace("</head>", _SNAPSHOT_STYLE + "</head>", 1)
     target = out_dir / notebook.with_suffix(".html").name
-    target.write_text(html, encoding="utf-8")
+    files.write_text(target, html)
     return target
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
+import io
 import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from structattn_lite import __version__
+from structattn_lite import __version__, files, schemas
 from structattn_lite.config import runs_dir
 
 
@@ -90,6 +90,8 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, blob: dict[str, Any]) -> RunRecord:
+        if not isinstance(blob["history"], dict):  # a table is a dict of columns
+            raise ValueError(f"its history is a {type(blob['history']).__name__}, not a table")
         return cls(
             experiment=blob["experiment"],
             key=blob["key"],
@@ -106,7 +108,7 @@ class RunRecord:
 
 # A finished run: trained to the end, stopped by its rule, or stopped by the NaN/Inf guard
 # (a diverged run is a result). Anything else (an exception) is rerun by the next sweep.
-FINISHED = ("ok", "early_stop", "diverged")
+FINISHED = schemas.FINISHED
 
 
 class CorruptRecordWarning(UserWarning):
@@ -217,6 +219,8 @@ class RunStore:
             set_aside(path, path.with_suffix(".corrupt"), f"is corrupt ({err})")
             return None
         why = incomplete(record)
+        if why is None and record.status in FINISHED:  # values in range, history length
+            why = schemas.record_problem(record)
         if why is not None:
             set_aside(path, path.with_suffix(".corrupt"), f"is incomplete: it {why}")
             return None
@@ -228,24 +232,22 @@ class RunStore:
 
 
 def atomic_write(path: str | os.PathLike, what: str, write, binary: bool = False) -> Path:
-    """``write(fh)`` to a temp file beside ``path``, then replace it: a crash mid-write
-    never leaves half a file. StoreError naming ``path`` when it cannot be written (torch
-    reports a full disk as a RuntimeError)."""
-    path, tmp = Path(path), None
+    """``write(fh)`` to a temp file beside ``path``, then replace it (``files.replacing``):
+    a crash mid-write never leaves half a file. Text is UTF-8. StoreError naming ``path``
+    when it cannot be written (torch reports a full disk as a RuntimeError)."""
+    path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb" if binary else "w") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with files.replacing(path) as raw:
+            if binary:
+                write(raw)
+            else:
+                fh = io.TextIOWrapper(raw, encoding=files.ENCODING, newline="")
+                write(fh)
+                fh.flush()
+                fh.detach()  # leave ``raw`` open for replacing to sync and close
     except (OSError, RuntimeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise StoreError(f"cannot write the {what} {path}: {first}", err) from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
@@ -302,8 +304,8 @@ def export_histories(
     if keep_order is not None:
         order = [(k,) for k in keep_order]
         frame = keep_committed_rows(path, frame, ["key"], order, only_order=only_order)
-    frame.to_csv(
-        path, index=False, float_format="%.6g", compression={"method": "infer", "mtime": 0}
+    files.write_csv(
+        frame, path, index=False, float_format="%.6g", compression={"method": "infer", "mtime": 0}
     )
     return path
 

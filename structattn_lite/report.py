@@ -21,7 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from structattn_lite import names
+from structattn_lite import files, names
 from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir, results_dir
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
@@ -151,11 +151,11 @@ def save_figure(
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{notebook}_{name}"
     png = stem.with_suffix(".png")
-    # a small pad: the saved file stays within the column the figure was drawn for
-    fig.savefig(png, dpi=SAVE_DPI, bbox_inches="tight", pad_inches=0.02, metadata=_PNG_META)
+    # each file drawn in memory, then moved into place whole (files.write_bytes)
+    files.write_bytes(png, figure_bytes(fig, "png"))
     if not pdf:
         return [png]
-    fig.savefig(stem.with_suffix(".pdf"), bbox_inches="tight", pad_inches=0.02, metadata=_PDF_META)
+    files.write_bytes(stem.with_suffix(".pdf"), figure_bytes(fig, "pdf"))
     return [png, stem.with_suffix(".pdf")]
 
 
@@ -179,6 +179,16 @@ def ledger_interval(row: pd.Series) -> str:
         return f"– ({row['seeds']} seeds)"
     interval = "" if pd.isna(row["low"]) else f" [{row['low']:.3f}, {row['high']:.3f}]"
     return f"{row['ours']:.3f}{interval} ({row['seeds']} seeds)"
+
+
+def figure_bytes(fig: matplotlib.figure.Figure, fmt: str) -> bytes:
+    """The bytes of ``fig`` as ``save_figure`` writes it in ``fmt`` ("png" or "pdf")."""
+    check_choice("fmt", fmt, ("png", "pdf"))
+    # a small pad: the saved file stays within the column the figure was drawn for
+    options = {"bbox_inches": "tight", "pad_inches": 0.02}
+    if fmt == "png":
+        return files.figure_bytes(fig, "png", dpi=SAVE_DPI, metadata=_PNG_META, **options)
+    return files.figure_bytes(fig, "pdf", metadata=_PDF_META, **options)
 
 
 # One colour per verdict of the ledger's vocabulary (stats.VERDICTS), in every figure.
@@ -214,7 +224,7 @@ def save_table(
     ``save_figure`` writes them."""
     paths = save_figure(table_figure(display, caption), notebook, name, profile, out=out)
     html = paths[0].with_suffix(".html")
-    html.write_text(style(display, caption).set_uuid(f"{notebook}_{name}").to_html())  # stable ids
+    files.write_text(html, style(display, caption).set_uuid(f"{notebook}_{name}").to_html())
     return [html, *paths]
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from toy_study import Toy, ToyStudy
 
-from structattn_lite import cli, locking, records
+from structattn_lite import cli, files, locking
 from structattn_lite import runs as run_driver
 from structattn_lite.data import text
 from structattn_lite.data.splits import make_dataset
@@ -296,7 +296,9 @@ SMOKE = ["run", "grokking", "--profile", "smoke", "--seed", "0", "--epochs", "1"
 
 
 def fake_run(cfg, progress=False, callbacks=(), device="cpu", checkpoint=None):
-    history = pd.DataFrame({"epoch": [1], "test_acc": [1.0]})
+    # every column a CSP run logs and its tables read (schemas.REQUIRED_HISTORY)
+    scores = ("train_acc", "test_acc", "test_f1", "test_seq_acc", "test_seq_f1")
+    history = pd.DataFrame({"epoch": [1], **{name: [1.0] for name in scores}})
     return RunRecord(EXPERIMENT, config_hash(EXPERIMENT, cfg), config_dict(cfg), history)
 
 
@@ -415,7 +417,7 @@ def test_a_full_disk_gives_one_line_naming_the_store(runs, monkeypatch, capsys):
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(records, "tempfile", SimpleNamespace(mkstemp=no_space))
+    monkeypatch.setattr(files, "tempfile", SimpleNamespace(mkstemp=no_space))  # every write
     assert cli.main(SMOKE) == 1
     err = capsys.readouterr().err  # (and the runs' progress bar)
     assert err.count("structattn:") == 1 and str(runs) in err and "Traceback" not in err

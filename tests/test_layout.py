@@ -16,7 +16,10 @@ LAYERS = ("theory", "models", "data", "training")
 # never one above. Each names module prefixes ("structattn_lite." left off; "" is the
 # package's own __init__); a module belongs to the layer of its longest matching prefix.
 PACKAGE_LAYERS = (
-    ("foundation", ("", "config", "names", "stats", "records", "locking", "report")),
+    (
+        "foundation",
+        ("", "config", "names", "stats", "records", "locking", "report", "files", "schemas"),
+    ),
     ("blocks", ("theory", "models", "data", "attention", "tasks")),
     ("training", ("training",)),
     ("studies", ("studies",)),

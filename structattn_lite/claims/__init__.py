@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from structattn_lite import stats
+from structattn_lite import files, stats
 from structattn_lite.claims import attention, csp, length, theory
 from structattn_lite.claims.rows import COLUMNS
 from structattn_lite.config import results_dir
@@ -51,8 +51,7 @@ def path() -> Path:
 
 
 def write() -> Path:
-    ledger().to_csv(path(), index=False)
-    return path()
+    return files.write_csv(ledger(), path(), index=False)  # whole or not at all
 
 
 def committed() -> pd.DataFrame:

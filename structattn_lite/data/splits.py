@@ -122,28 +122,21 @@ def overlap_stats(
     }
 
 
-def make_dataset(
+def check_dataset(
     task: str,
     n: int,
     length: int,
-    seed: int,
+    seed: int = 0,
     *,
     labels: str = "sequence",
     test_fraction: float = 0.2,
     val_fraction: float = 0.1,
     leaky: bool = False,
     **options,
-) -> StateTrackingData:
-    """Sample ``n`` strings of ``length`` and split them into train, validation and test.
-
-    Disjoint (default): ``n`` distinct strings, so no string occurs in two splits.
-    ``leaky=True``: the paper's protocol, ``n`` i.i.d. strings split at random; the
-    returned ``stats`` say how much of the test set the training set already holds.
-    ``test_fraction`` of the strings go to test; ``val_fraction`` (of all ``n``; 0 for
-    none) is carved from the rest, the training strings, and serves every selection.
-    Options: ``k`` and ``target`` for "modk"; ``balanced``, ``negatives`` and ``label``
-    for "dyck1" (see :class:`Dyck1`); ``min_length`` for "dyck1_authors" (``length`` is
-    then the padded length).
+):
+    """Every check ``make_dataset`` makes of its arguments, without sampling a string
+    (a config checks them when made, so a grid fails before its first run, not midway):
+    (the task, the test and validation sizes) or a one-line ValueError naming the value.
     """
     spec = make_task(task, **options)
     check_int("n", n, minimum=1)
@@ -169,6 +162,37 @@ def make_dataset(
             f"n={n} is too small for a train/validation/test split with "
             f"test_fraction={test_fraction} and val_fraction={val_fraction}"
         )
+    spec.check_sizes(n, length, distinct=not leaky)  # enough distinct strings, an even length
+    return spec, n_test, n_val
+
+
+def make_dataset(
+    task: str,
+    n: int,
+    length: int,
+    seed: int,
+    *,
+    labels: str = "sequence",
+    test_fraction: float = 0.2,
+    val_fraction: float = 0.1,
+    leaky: bool = False,
+    **options,
+) -> StateTrackingData:
+    """Sample ``n`` strings of ``length`` and split them into train, validation and test.
+
+    Disjoint (default): ``n`` distinct strings, so no string occurs in two splits.
+    ``leaky=True``: the paper's protocol, ``n`` i.i.d. strings split at random; the
+    returned ``stats`` say how much of the test set the training set already holds.
+    ``test_fraction`` of the strings go to test; ``val_fraction`` (of all ``n``; 0 for
+    none) is carved from the rest, the training strings, and serves every selection.
+    Options: ``k`` and ``target`` for "modk"; ``balanced``, ``negatives`` and ``label``
+    for "dyck1" (see :class:`Dyck1`); ``min_length`` for "dyck1_authors" (``length`` is
+    then the padded length).
+    """
+    spec, n_test, n_val = check_dataset(
+        task, n, length, seed, labels=labels, test_fraction=test_fraction,
+        val_fraction=val_fraction, leaky=leaky, **options,
+    )  # fmt: skip
 
     generator = torch.Generator().manual_seed(seed)
     x = spec.sample(n, length, generator, distinct=not leaky)

@@ -84,16 +84,21 @@ class Task:
         """``n`` i.i.d. strings (with replacement)."""
         return random_bits(n, length, generator)
 
+    def check_sizes(self, n: int, length: int, distinct: bool = False) -> None:
+        """The ValueError ``sample(n, length, distinct=distinct)`` would raise for these
+        sizes, found without sampling (a grid's configs check it before any run)."""
+        if distinct and n > self.population(length):
+            raise ValueError(
+                f"n={n} distinct strings requested but only {self.population(length)} exist "
+                f"for task {self.name!r} at length {length}; lower n or pass leaky=True"
+            )
+
     def sample(
         self, n: int, length: int, generator: torch.Generator, distinct: bool = False
     ) -> torch.Tensor:
         if not distinct:
             return self.draw(n, length, generator)
-        if n > self.population(length):
-            raise ValueError(
-                f"n={n} distinct strings requested but only {self.population(length)} exist "
-                f"for task {self.name!r} at length {length}; lower n or pass leaky=True"
-            )
+        self.check_sizes(n, length, distinct)
         if length <= 20:  # enumerate codes: exact and fast even when n is near 2**length
             codes = torch.randperm(2**length, generator=generator)[:n]
             powers = 2 ** torch.arange(length - 1, -1, -1)
@@ -227,7 +232,7 @@ class Dyck1(Task):
             )
         return n_pos, n - n_pos
 
-    def sample(self, n, length, generator, distinct=False):
+    def check_sizes(self, n, length, distinct=False):
         n_pos, n_neg = self.split_counts(n, length)
         if distinct:
             for what, want, have in (
@@ -240,6 +245,11 @@ class Dyck1(Task):
                         f"strings but only {have} exist at length {length}; lower n, change "
                         "balanced, or pass leaky=True to sample with replacement"
                     )
+
+    def sample(self, n, length, generator, distinct=False):
+        self.check_sizes(n, length, distinct)
+        n_pos, n_neg = self.split_counts(n, length)
+        if distinct:
             pos = distinct_rows(lambda b, g: random_dyck_words(b, length, g), n_pos, generator)
             neg = distinct_rows(lambda b, g: self.draw_negatives(b, length, g), n_neg, generator)
         else:
@@ -346,7 +356,8 @@ class AuthorsDyck1(Task):
     def depth(self, x: torch.Tensor) -> torch.Tensor:
         return torch.where(x == self.pad, 0, 1 - 2 * x).cumsum(1)
 
-    def sample(self, n, length, generator, distinct=False):
+    def check_sizes(self, n, length, distinct=False):
+        self.lengths(length)  # an even length, at least min_length
         n_valid, n_invalid = n // 2, n - n // 2
         if distinct:
             for what, want, have in (
@@ -358,6 +369,11 @@ class AuthorsDyck1(Task):
                         f"n={n} asks for {want} distinct {what} strings but only {have} exist "
                         f"at lengths {self.min_length}..{length}; lower n or pass leaky=True"
                     )
+
+    def sample(self, n, length, generator, distinct=False):
+        self.check_sizes(n, length, distinct)
+        n_valid, n_invalid = n // 2, n - n // 2
+        if distinct:
             # Deeply nested words are rare under the recursion: bound the search.
             cap = 100 * n + 10_000
             valid = distinct_rows(

@@ -13,8 +13,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.data.splits import StateTrackingData, check_size, make_dataset
+from structattn_lite.config import (
+    check_bools,
+    check_choice,
+    check_fraction_below_one,
+    check_int,
+    check_seed,
+)
+from structattn_lite.data.splits import (
+    StateTrackingData,
+    check_dataset,
+    check_size,
+    make_dataset,
+)
 from structattn_lite.data.tasks import LABELS, PAPER_N, TASKS, make_task
 from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
@@ -60,10 +71,12 @@ class CSPRun:
         check_choice("model", self.model, MODELS)
         check_choice("labels", self.labels, LABELS)
         check_choice("loss", self.loss, LOSSES)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
+        check_bools(self)  # leaky=1 would be a new config (a new hash) for the same run
         for name in ("length", "n", "epochs", "batch_size"):
             check_int(name, getattr(self, name), minimum=1)
-        check_number("val_fraction", self.val_fraction, minimum=0)  # NaN would mean none
+        # NaN would mean none; 1 would leave no training string
+        check_fraction_below_one("val_fraction", self.val_fraction)
         check_size(self.n, self.length)  # a length it cannot serve: now, not mid-sweep
         if self.hold_perfect is not None:
             check_int("hold_perfect", self.hold_perfect, minimum=1)
@@ -72,9 +85,20 @@ class CSPRun:
         if not isinstance(self.optim, OptimConfig):
             raise ValueError(f"optim must be an OptimConfig, got {self.optim!r}")
         task = make_task(self.task, **self.task_options)  # unknown or out-of-range options
+        self.check_data(distinct=False)  # n too small to split, a length with no strings
         # unknown preset, model option or value: the model's config checks them, unbuilt
         options = {"vocab_size": task.vocab_size, **self.model_options}
         model_config(self.model, self.preset, n_classes=task.n_classes, **options)
+
+    def check_data(self, distinct: bool = True) -> None:
+        """The split ``build_data`` makes, checked without sampling: n large enough for its
+        test and validation parts, a length the task has strings of, and (``distinct``, for a
+        disjoint split) that many distinct strings. A config checks all but the last when
+        made; ``structattn run`` checks the last for every run of a grid before the first
+        trains (the ablations' paper grid holds a disjoint parentheses run that cannot)."""
+        check_dataset(self.task, self.n, self.length, labels=self.labels,
+                      leaky=self.leaky or not distinct, val_fraction=self.val_fraction,
+                      **self.task_options)  # fmt: skip
 
 
 def paper_setting_run(task: str, preset: str, seed: int, n: int | None = None, **changes) -> CSPRun:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from structattn_lite import files
 from structattn_lite.config import check_choice, results_dir
 from structattn_lite.records import RunRecord, keep_committed_rows
 from structattn_lite.training.state_tracking import (
@@ -268,7 +269,7 @@ def export(records: list[RunRecord], grid: str = "paper_text") -> list[Path]:
     frame = records_frame(records, grid).round(5)
     if grid in GROWN_ACROSS_SESSIONS:
         frame = keep_committed_rows(path, frame, RUN_ID, _grid_ids(grid))
-    frame.to_csv(path, index=False)
+    files.write_csv(frame, path, index=False)
     return [path]
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from structattn_lite import config as cfgmod
-from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.config import check_bools, check_choice, check_int, check_number, check_seed
 from structattn_lite.data import FALLBACK_LABEL, cifar10_available, ptb_available
 from structattn_lite.data.text import missing_ptb
 from structattn_lite.models.attention import ATTENTION_KINDS
@@ -86,8 +86,7 @@ class Config:
         check_choice("support", self.support, SUPPORT_RULES)
         if self.m is not None:
             check_int("m", self.m, minimum=1)
-        for name in ("shared_qk", "learn_tau", "tie_weights", "read_test"):
-            check_choice(name, getattr(self, name), (True, False))
+        check_bools(self)  # shared_qk, learn_tau, tie_weights, read_test: 1 is not True
         if self.tau is not None:
             check_number("tau", self.tau, minimum=0.0, strict=True)
         check_number("eps", self.eps, minimum=0.0)
@@ -104,7 +103,7 @@ class Config:
         for f in self.prune_fractions:
             check_number("prune_fractions", f, minimum=0.0, strict=True)
         check_int("prune_finetune_steps", self.prune_finetune_steps, minimum=0)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
 
     @property
     def d_head(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from structattn_lite import config as cfgmod
+from structattn_lite import files
 from structattn_lite.data import load_corpus
 from structattn_lite.records import RunRecord, export_histories, keep_committed_rows
 from structattn_lite.studies.attention.grids import COMMITTED_CSV, FLOORS_CSV, GRIDS
@@ -53,11 +54,11 @@ def write(records: list[RunRecord], grid: str, order: list[str]) -> list[Path]:
     summary.parent.mkdir(parents=True, exist_ok=True)
     # a run store does not outlive its machine: keep the rows of the runs not exported now
     frame = keep_committed_rows(summary, frame, ["key"], [(k,) for k in order])
-    frame.to_csv(summary, index=False, float_format="%.6g")
+    files.write_csv(frame, summary, index=False, float_format="%.6g")
     paths = [summary, export_histories(new, out / histories_name, keep_order=order)]
     if any(r.config["dataset"] == "ptb" for r in records):  # the floors the figures draw
         from structattn_lite.studies.attention.tasks import floor_frame
 
-        floor_frame(load_corpus("ptb")).to_csv(out / FLOORS_CSV, index=False)
+        files.write_csv(floor_frame(load_corpus("ptb")), out / FLOORS_CSV, index=False)
         paths.append(out / FLOORS_CSV)
     return paths

@@ -30,8 +30,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.data.splits import check_size, make_dataset
+from structattn_lite.config import (
+    check_bools,
+    check_choice,
+    check_fraction_below_one,
+    check_int,
+    check_seed,
+)
+from structattn_lite.data.splits import check_dataset, check_size, make_dataset
 from structattn_lite.data.tasks import TASKS, make_task
 from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
@@ -83,9 +89,11 @@ class LengthRun:
         check_choice("task", self.task, TASKS)
         check_choice("loss", self.loss, LOSSES)
         check_choice("split", self.split, SPLITS)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
+        check_bools(self)
         check_int("fit_patience", self.fit_patience, minimum=1)
-        check_number("val_fraction", self.val_fraction, minimum=0)  # NaN would mean none
+        # NaN would mean none; 1 would leave no training string
+        check_fraction_below_one("val_fraction", self.val_fraction)
         if self.stop_at_fit is not None and not 0 < self.stop_at_fit <= 1:
             raise ValueError(f"stop_at_fit must lie in (0, 1] or be None, got {self.stop_at_fit}")
         if self.stop_at_fit is not None and self.protocol == "fixed" and self.val_fraction == 0:
@@ -103,8 +111,17 @@ class LengthRun:
         check_size(self.n, self.train_length, "train_length")  # a length it cannot serve
         check_size(self.n_eval, self.max_eval_length, "max_eval_length")
         task = make_task(self.task, **self.task_options)
+        self.check_data(distinct=False)  # n too small to split, a length with no strings
         with torch.device("meta"):  # unknown model options fail now, not mid-sweep
             build_length_model(self, task.n_classes, task.vocab_size)
+
+    def check_data(self, distinct: bool = True) -> None:
+        """The fixed protocol's split (``fixed_protocol_data``), checked without sampling, as
+        ``CSPRun.check_data`` checks its own."""
+        if self.protocol == "fixed":
+            check_dataset(self.task, self.n, self.train_length, labels="prefix",
+                          leaky=self.split == "random" or not distinct,
+                          val_fraction=self.val_fraction, **self.task_options)  # fmt: skip
 
 
 def build_length_model(cfg: LengthRun, n_classes: int, vocab_size: int = 2):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from structattn_lite import files
 from structattn_lite.config import check_choice, results_dir
 from structattn_lite.records import RunRecord, keep_committed_rows
 
@@ -138,5 +139,5 @@ def export(records: list[RunRecord], grid: str = "committed", order=None) -> lis
     if grid in GROWN_ACROSS_SESSIONS and order is not None:
         ids = [tuple(getattr(c, k) for k in RUN_ID) for c in order]
         curves = keep_committed_rows(path, curves, RUN_ID, ids)
-    curves.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
+    files.write_csv(curves, path, index=False, compression={"method": "gzip", "mtime": 0})
     return [path]
