@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -75,6 +76,27 @@ def kernel_arguments() -> list[str]:
     """The report kernel's command-line arguments: ``REPORT_PANDAS_OPTIONS`` set at start."""
     pairs = ", ".join(f"{k!r}, {v!r}" for k, v in REPORT_PANDAS_OPTIONS.items())
     return [f'--IPKernelApp.exec_lines=__import__("pandas").set_option({pairs})']
+
+
+def ipc_kernel_manager(sockets: Path) -> type:
+    """A kernel manager class whose kernels listen on Unix sockets under ``sockets`` (IPC
+    transport), not on localhost TCP ports. Over TCP with no encryption key ipykernel warns
+    on every start ("Kernel is running over TCP without encryption"), as ``make study``
+    printed once per notebook; an IPC socket is a file that other users cannot open, so
+    there is nothing to warn about. Each kernel gets its own socket prefix in ``sockets``."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self) -> str:
+            return tempfile.mkdtemp(prefix="kernel-", dir=sockets) + "/ipc"
+
+    return IPCKernelManager
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
@@ -348,6 +370,7 @@ def run_notebooks(
     figures = figures_dir(profile)
     written, summary = [], []
     saved_env = os.environ.get(PROGRESS_ENV)
+    sockets = tempfile.TemporaryDirectory(prefix="structattn-kernels-")
     try:
         for nb in notebooks(only):
             out = reports / nb.name
@@ -367,6 +390,7 @@ def run_notebooks(
                     cwd=nb.parent,
                     progress_bar=False,
                     extra_arguments=kernel_arguments(),
+                    kernel_manager_class=ipc_kernel_manager(Path(sockets.name)),
                 )
             written.append(export_html(out, reports))
             seconds = time.monotonic() - start
@@ -380,6 +404,7 @@ def run_notebooks(
             runs = f"{done}/{total} runs done" if total else "no runs"
             print(f"[study] {nb.name}: finished in {elapsed(seconds)}, {runs}", flush=True)
     finally:
+        sockets.cleanup()
         if saved_env is None:
             os.environ.pop(PROGRESS_ENV, None)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -108,3 +109,37 @@ def test_make_study_shows_a_notebooks_runs_while_it_runs_and_sums_up(tmp_path, m
     )
     assert "09_tiny_figure.png" in summary
     assert not list(reports.glob(".*.progress.jsonl"))  # the progress file is cleaned up
+
+
+def test_make_study_kernels_run_over_ipc_so_no_tcp_warning(tmp_path, monkeypatch, capfd):
+    """`make study` printed ipykernel's "Kernel is running over TCP without encryption"
+    once per notebook: its kernels now listen on Unix sockets (IPC transport), so the
+    warning has no cause. The kernel says which transport it runs on; the output of the
+    runner and of the kernel it started (fd level, the kernel's stderr included) has no
+    such line, and the sockets' folder is gone afterwards."""
+    code = (
+        "from ipykernel.kernelapp import IPKernelApp\n"
+        "app = IPKernelApp.instance()\n"
+        "print('transport:', app.transport, 'ip:', app.ip)\n"
+    )
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nbformat.write(code_notebook(code), folder / "09_tiny.ipynb")
+    monkeypatch.setattr(nr, "notebooks", lambda only=None: [folder / "09_tiny.ipynb"])
+
+    def fake_html(notebook, out_dir=None):  # the offline assets need npm; not under test
+        target = out_dir / notebook.with_suffix(".html").name
+        target.write_text("<html></html>")
+        return target
+
+    monkeypatch.setattr(nr, "export_html", fake_html)
+    monkeypatch.setenv("PYTHONPATH", str(nr.repo_root()))
+    reports = tmp_path / "reports"
+    nr.run_notebooks("smoke", out_dir=reports, every=60)
+    captured = capfd.readouterr()
+    both = captured.out + captured.err
+    assert "without encryption" not in both and "IPKernelApp" not in both, both
+    printed = nbformat.read(reports / "09_tiny.ipynb", as_version=4).cells[-1].outputs[0].text
+    assert "transport: ipc" in printed, printed
+    sockets = Path(printed.split("ip: ")[1].strip()).parent.parent
+    assert sockets.name.startswith("structattn-kernels-") and not sockets.exists()
