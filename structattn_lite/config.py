@@ -181,6 +181,26 @@ def resolve_device(device: str = "auto", kinds: Iterable[str] = (*TRAINING_DEVIC
     return device
 
 
+NOTEBOOK_DEVICES = ("auto", "cpu", "cuda", "cuda:N")  # what a notebook's DEVICE may say
+
+
+def check_parameters(profile: Any, device: Any = None) -> None:
+    """A notebook's papermill parameters (``PROFILE``, and ``DEVICE`` where it trains),
+    checked in the cell right after them: ``papermill -p DEVICE 5`` stops there with one
+    line naming the parameter and its allowed values, not at the first sweep a minute on."""
+    check_choice("PROFILE", profile, PROFILES)
+    if device is None:
+        return
+    kind, _, index = device.partition(":") if isinstance(device, str) else (device, "", "")
+    if kind not in ("auto", *TRAINING_DEVICES) or (
+        index and not (kind == "cuda" and index.isdigit())
+    ):
+        raise ValueError(
+            f"DEVICE={device!r} is not allowed; choose one of {list(NOTEBOOK_DEVICES)}"
+        )
+    resolve_device(device, kinds=TRAINING_DEVICES)  # "cuda" where torch sees none
+
+
 DETERMINISTIC_CUBLAS = (":4096:8", ":16:8")  # the workspace settings cuBLAS repeats with
 
 
