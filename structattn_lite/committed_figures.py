@@ -49,6 +49,11 @@ class Table:
 
 # --- what the figures share --------------------------------------------------------
 
+# A figure whose committed file is not there fails naming the file: the notebooks show
+# these figures, and a notebook that cannot show its committed grid must fail.
+_summary = partial(at.load_summary, missing_ok=False)
+_histories = partial(at.load_committed_histories, missing_ok=False)
+
 
 def _learning_curves(records: list, dataset: str, **kwargs) -> Figure:
     """The learning curves of the full-text float32 runs on ``dataset`` that read the test
@@ -62,13 +67,13 @@ def _learning_curves(records: list, dataset: str, **kwargs) -> Figure:
 
 
 def _rate_sweeps() -> Figure:
-    finals = at.main_finals(at.load_summary())
+    finals = at.main_finals(_summary())
     ran_at = finals[finals["dataset"] == "ptb"].groupby("variant")["lr"].first().to_dict()
     return ap.plot_rate_sweeps(at.load_tuning_histories(), ran_at)
 
 
 def _grokking(task: str, grid: str, title: str) -> Figure:
-    return gr.grokking_figure(grokking.committed_records(grid), task, title=title)
+    return gr.grokking_figure(grokking.committed_records(grid, missing_ok=False), task, title=title)
 
 
 def _ablations(title: str, table, grids: tuple[str, ...] = ct.PAPER_SIZE) -> Table:
@@ -86,11 +91,11 @@ def _length_table(metric: str, title: str, protocol: str | None = None) -> Table
 def authors_curves() -> pd.DataFrame:
     """The authors' grid's curves: the full grid if committed, else its short version."""
     curves = lt.load_curves("authors")
-    return curves if not curves.empty else lt.load_curves("authors_short")
+    return curves if not curves.empty else lt.load_curves("authors_short", missing_ok=False)
 
 
 def _grazzi_table() -> Table:
-    curves = lt.load_curves("grazzi")
+    curves = lt.load_curves("grazzi", missing_ok=False)
     caption = "Parity at Grazzi et al.'s protocol. " + lt.grazzi_caption(curves)
     return Table(lt.grazzi_table(curves), caption)
 
@@ -98,21 +103,21 @@ def _grazzi_table() -> Table:
 FIGURES: dict[str, Callable[[], Figure | Table]] = {
     # 02: attention variants (data/results/attention_*)
     "02_attention_committed_learning_curves":
-        lambda: _learning_curves(at.load_committed_histories("committed"), "ptb"),
+        lambda: _learning_curves(_histories("committed"), "ptb"),
     "02_attention_committed_digits_learning_curves": lambda: _learning_curves(
-        at.load_committed_histories("committed"), "digits", metric="val_loss"),
+        _histories("committed"), "digits", metric="val_loss"),
     "02_attention_long_learning_curves":
-        lambda: _learning_curves(at.load_committed_histories("long"), "ptb"),
+        lambda: _learning_curves(_histories("long"), "ptb"),
     "02_attention_long_learning_curves_first_sweep":
         lambda: _learning_curves(at.load_earlier(LONG_FIRST_SWEEP_CSV), "ptb"),
     "02_attention_committed_fraction_sweep": lambda: ap.plot_fraction_sweep(
-        at.load_summary(), rates="rates: as tuned on the full text"),
+        _summary(), rates="rates: as tuned on the full text"),
     "02_attention_committed_fraction_sweep_best_rates": lambda: ap.plot_fraction_sweep(
-        tr.best_known(tr.load_first_sweep(), at.load_summary(), parts=("main", "low data")),
+        tr.best_known(tr.load_first_sweep(), _summary(), parts=("main", "low data")),
         rates="rates: each best on validation, per fraction"),
     "02_attention_committed_rate_sweeps": _rate_sweeps,
     "02_attention_lowparam": lambda: lowparam.figure(
-        at.load_summary("lowparam"), at.load_committed_histories("lowparam")),
+        _summary("lowparam"), _histories("lowparam")),
     # 03: grokking (data/results/csp_grokking_gap, csp_paper_era_parity)
     **{f"03_csp_grokking_{task}_gap": partial(
         _grokking, task, "gap", f"{display_name(task)}, paper sizes (grid 'gap')")
@@ -135,7 +140,7 @@ FIGURES: dict[str, Callable[[], Figure | Table]] = {
         _length_table, "all_acc", "all-positions accuracy, trained at T=16. ", "fixed"),
     "05_length_table_seq_acc": partial(_length_table, "seq_acc", "whole-string accuracy at L. "),
     "05_length_authors_table": lambda: la.authors_figure(authors_curves()),
-    "05_length_grazzi": lambda: lt.grazzi_figure(lt.load_curves("grazzi")),
+    "05_length_grazzi": lambda: lt.grazzi_figure(lt.load_curves("grazzi", missing_ok=False)),
     "05_length_grazzi_table": _grazzi_table,
 }  # fmt: skip
 

@@ -111,6 +111,12 @@ def check_profile(profile: str) -> str:
 # --- paths -------------------------------------------------------------------------
 
 
+def missing_committed(path: Path) -> FileNotFoundError:
+    """The error for a committed file that is not there, naming it (as notebook 04 says it):
+    a notebook that shows a committed grid fails on it, so ``make study`` fails too."""
+    return FileNotFoundError(f"{path} is missing; run the committed grid (see the notebook) first")
+
+
 def repo_root() -> Path:
     """The checkout this package lives in (editable install), else the working directory."""
     here = Path(__file__).resolve().parents[1]

@@ -66,23 +66,28 @@ def summarize(records: list[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _committed_file(grid: str, which: int):
-    """The path of a committed grid's runs (0) or histories (1) file."""
-    from structattn_lite.config import check_choice, results_dir
+def _committed_file(grid: str, which: int, missing_ok: bool = True):
+    """The path of a committed grid's runs (0) or histories (1) file; a FileNotFoundError
+    naming it when it is not there, unless ``missing_ok``."""
+    from structattn_lite.config import check_choice, missing_committed, results_dir
 
-    return results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)][which]
+    path = results_dir() / COMMITTED_CSV[check_choice("grid", grid, COMMITTED_CSV)][which]
+    if not missing_ok and not path.exists():
+        raise missing_committed(path)
+    return path
 
 
-def load_summary(grid: str = "committed") -> pd.DataFrame | None:
-    """A committed grid's summary (``data/results/attention_runs.csv`` for ``committed``),
-    or None if it is not there."""
-    path = _committed_file(grid, 0)
+def load_summary(grid: str = "committed", missing_ok: bool = True) -> pd.DataFrame | None:
+    """A committed grid's summary (``data/results/attention_runs.csv`` for ``committed``);
+    None if it is not there and ``missing_ok``, else a FileNotFoundError naming the file."""
+    path = _committed_file(grid, 0, missing_ok)
     return pd.read_csv(path) if path.exists() else None
 
 
-def load_committed_histories(grid: str = "committed") -> list[RunRecord]:
-    """A committed grid's learning curves as records (empty if not there)."""
-    path = _committed_file(grid, 1)
+def load_committed_histories(grid: str = "committed", missing_ok: bool = True) -> list[RunRecord]:
+    """A committed grid's learning curves as records (empty if not there and
+    ``missing_ok``, else a FileNotFoundError naming the file)."""
+    path = _committed_file(grid, 1, missing_ok)
     return load_earlier(path.name) if path.exists() else []
 
 

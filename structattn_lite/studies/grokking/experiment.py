@@ -128,9 +128,12 @@ COMMITTED_CSV = {
 }
 
 
-def committed_records(grid: str = "gap") -> list[RunRecord]:
-    """A committed grid's records (data/results), or [] when they are not there."""
+def committed_records(grid: str = "gap", missing_ok: bool = True) -> list[RunRecord]:
+    """A committed grid's records (data/results); [] when they are not there and
+    ``missing_ok``, else a FileNotFoundError naming the file (the notebooks' way)."""
     path = results_dir() / COMMITTED_CSV[config.check_choice("grid", grid, COMMITTED_CSV)]
+    if not path.exists() and not missing_ok:
+        raise config.missing_committed(path)
     return load_histories(path) if path.exists() else []
 
 

@@ -14,7 +14,7 @@ from IPython.display import display
 from matplotlib.lines import Line2D
 
 from structattn_lite import stats
-from structattn_lite.config import results_dir
+from structattn_lite.config import missing_committed, results_dir
 from structattn_lite.names import display_name
 from structattn_lite.report import browser, count_range, figure_size, model_handles, model_style
 from structattn_lite.studies.length.experiment import TABLE_LENGTHS
@@ -248,13 +248,14 @@ def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
     return browser(sources, choices, show, extra={"metric": metrics})
 
 
-def load_curves(grid: str = "committed") -> pd.DataFrame:
+def load_curves(grid: str = "committed", missing_ok: bool | None = None) -> pd.DataFrame:
     """A committed grid's curves from data/results ("committed", "authors_short", ...);
-    an empty frame for a grid whose file is not there."""
+    an empty frame for a grid whose file is not there when ``missing_ok`` (by default, for
+    every grid but "committed"), else a FileNotFoundError naming the file."""
     path = results_dir() / COMMITTED_CSV[grid]
     if not path.exists():
-        if grid == "committed":
-            raise FileNotFoundError(f"{path} is missing; run the committed length grid first")
+        if not (grid != "committed" if missing_ok is None else missing_ok):
+            raise missing_committed(path)
         return pd.DataFrame()
     return pd.read_csv(path)
 
