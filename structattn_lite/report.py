@@ -387,15 +387,22 @@ def browser(
     ``choices(data)`` gives, for that data, each dropdown's name and its values;
     ``show(data, **picked)`` draws the view for the picked values. ``extra`` adds
     dropdowns that do not depend on the source (e.g. a metric), in the caller's order,
-    opening on the first. The others list their values sorted. A dropdown of models,
-    tasks, losses or metrics (``NAMED_CONTROLS``) shows each one's display name
-    (``names.DISPLAY_NAMES``) and passes its code key to ``show``. One with a single value
-    is shown greyed out (disabled): a fact of the source, not a choice. Each dropdown is
+    opening on the first. The others list their values sorted, tasks in the paper's order
+    (``names.PAPER_TASKS``: parity first), so a browser opens on parity. A dropdown of
+    models, tasks, losses or metrics (``NAMED_CONTROLS``) shows each one's display name
+    (``names.DISPLAY_NAMES``) and passes its code key to ``show``. A control with a single
+    value is a fact of the source, not a choice: its dropdown is hidden (it stays in the
+    widget tree, disabled) and a label ``name: value`` stands in its place. Each dropdown is
     wide enough for its labels.
     """
 
-    def ordered(values):  # each value once, sorted (by type first, so a mixed list sorts)
-        return sorted(dict.fromkeys(values), key=lambda v: (str(type(v)), v))
+    def ordered(name, values):  # each value once, sorted (by type first: a mixed list sorts)
+        def key(v):
+            if name == "task" and v in names.PAPER_TASKS:
+                return (0, "", names.PAPER_TASKS.index(v))
+            return (1, str(type(v)), v)
+
+        return sorted(dict.fromkeys(values), key=key)
 
     def labelled(name, values):  # a named control's options: (display name, code key)
         if name not in NAMED_CONTROLS:
@@ -422,9 +429,19 @@ def browser(
         style={"description_width": "initial"},
     )
     first = choices(sources[source.value])
-    pickers = {name: dropdown(name, ordered(values)) for name, values in first.items()}
-    for w in pickers.values():  # one value is a fact, not a choice: shown, greyed out
-        w.disabled = len(w.options) <= 1
+    pickers = {name: dropdown(name, ordered(name, values)) for name, values in first.items()}
+    facts = {name: widgets.Label() for name in pickers}  # stand in for a one-value dropdown
+
+    def one_value_is_a_label(name):
+        w, fact = pickers[name], facts[name]
+        single = len(w.options) <= 1
+        w.disabled = single
+        w.layout.display = "none" if single else None
+        fact.layout.display = None if single else "none"
+        fact.value = f"{name}: {w.label}" if single and w.options else ""
+
+    for name in pickers:
+        one_value_is_a_label(name)
     fixed = {
         name: dropdown(name, list(dict.fromkeys(values))) for name, values in (extra or {}).items()
     }
@@ -440,11 +457,11 @@ def browser(
     def new_source(*_):
         for name, values in choices(sources[source.value]).items():
             w = pickers[name]
-            values = ordered(values)
+            values = ordered(name, values)
             keep = w.value if w.value in values else (values[0] if values else None)
             with w.hold_trait_notifications():
                 w.options, w.value = labelled(name, values), keep
-            w.disabled = len(values) <= 1
+            one_value_is_a_label(name)
         redraw()
 
     source.observe(new_source, names="value")
@@ -453,5 +470,5 @@ def browser(
     redraw()
     # one source is a fact, not a choice: a label, not a dropdown with one option
     picker = source if len(shown) > 1 else widgets.Label(f"source: {shown[0]}")
-    controls = [picker, *pickers.values(), *fixed.values()]
+    controls = [picker, *(w for n in pickers for w in (pickers[n], facts[n])), *fixed.values()]
     return widgets.VBox([widgets.HBox(controls, layout=widgets.Layout(flex_flow="row wrap")), out])

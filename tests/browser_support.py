@@ -37,9 +37,11 @@ CHROMIUM_ARGS = [
 ]
 
 # JupyterLab user settings for a test: never write the notebooks back (autosave), keep
-# every cell in the DOM (windowing), and ask no one about news or updates.
+# every cell in the DOM (windowing), ask no one about news or updates, and save widget
+# state with a notebook, as `make lab` does (lab-settings/overrides.json).
 LAB_SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+    "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True},
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification": {
         "fetchNews": "false",

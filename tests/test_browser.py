@@ -163,6 +163,64 @@ def _check_notebook(page, base, token, name, stem, labels, limit, errors, aborte
     assert not aborted, f"{name}: the page tried to reach the network: {aborted[:5]}"
 
 
+_TRAINING_CELL = """\
+import torch
+from structattn_lite.report import LivePlot
+from structattn_lite.training.trainer import Trainer
+
+live = LivePlot()
+display(live.widget)
+for seed in (0, 1):  # two runs, as notebook 03's smoke grid trains; each with its bar
+    Trainer(torch.nn.Linear(2, 1), lambda m, x: m(x).pow(2).mean(), callbacks=[live]).fit(
+        3, lambda g: [(torch.ones(3, 2),)], lambda m: {"test_acc": 0.5}, torch.Generator())
+"""
+
+
+@needs_browser
+def test_a_saved_training_cell_reopens_with_every_widget(lab):
+    """Notebook 03 saved and reopened showed two "Loading widget..." views that never
+    resolved, and the console said "widget model not found" twice: the bar of each run
+    closed its widget, and JupyterLab saved the view without the model. Saved with its
+    widget state (as `make lab` saves), the training cell reopens with every view drawn."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    page, aborted, errors, base, token = lab
+    del aborted[:], errors[:]
+    name = "saved_widgets.ipynb"
+    nb = new_notebook(cells=[new_code_cell(_TRAINING_CELL)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    content = {"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))}
+    page.request.put(f"{base}/api/contents/{name}?token={token}", data=content)
+    bs.open_notebook(page, base, token, name)
+    cells = bs.run_all(page, 120)
+    assert not [o for c in cells for o in c["outputs"] if o["type"] == "error"], cells
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    saved = page.request.get(f"{base}/api/contents/{name}?token={token}").json()["content"]
+    assert "widgets" in saved["metadata"], f"saved without widget state: {saved['metadata']}"
+    state = saved["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    views = [o["data"][bs.WIDGET_MIME]["model_id"] for o in saved["cells"][0]["outputs"]
+             if bs.WIDGET_MIME in o.get("data", {})]  # fmt: skip
+    assert len(views) >= 3, f"the live plot and two bars: {views}"
+    assert [v for v in views if v not in state] == [], "views saved without their model"
+    bs.shutdown_kernel(page)
+    page.evaluate(
+        """async name => {
+             const app = window.jupyterapp;
+             for (const w of Array.from(app.shell.widgets('main'))) { w.close(); }
+             await app.commands.execute('docmanager:open', {path: name, kernel: null});
+           }""",
+        name,
+    )
+    page.wait_for_selector(".jp-OutputArea-output", timeout=60_000)
+    outputs = page.locator(".jp-Notebook .jp-OutputArea-output")
+    drawn = lambda: "Loading widget" not in " ".join(outputs.all_inner_texts())  # noqa: E731
+    bs.wait_until(drawn, 30, "every saved widget to be drawn")
+    text = page.inner_text("body")
+    assert "Error displaying widget" not in text and "model not found" not in text
+    assert not [e for e in errors if "model not found" in e], errors
+
+
 def _code_lines(notebook: Path) -> list[str]:
     cells = json.loads(notebook.read_text())["cells"]
     src = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]

@@ -95,29 +95,77 @@ def test_single_source_is_a_label_not_a_dropdown():
     assert isinstance(shown({"profile quick": [1], "committed grid": [2]}), W.Dropdown)
 
 
-def test_a_control_with_one_option_is_greyed_out():
-    """Dashboard 3's protocol dropdown offered one option as if it were a choice."""
+def _shown(w) -> bool:
+    return w.layout.display != "none"
+
+
+def test_a_control_with_one_option_is_a_label_not_a_dropdown():
+    """Dashboard 3's protocol dropdown, and notebook 03's task and seed in the smoke
+    profile, offered one option as if it were a choice: the browser shows a label instead,
+    and the dropdown again once the source offers two values."""
+    import ipywidgets as W
+
     from structattn_lite.report import browser
 
     sources = {"committed grid": ["fixed"], "profile runs": ["fixed", "variable"]}
     app = browser(sources, lambda data: {"protocol": data}, lambda data, protocol: None)
-    source, protocol = app.children[0].children
-    assert protocol.disabled and list(protocol.options) == ["fixed"]
+    source, protocol, *rest = app.children[0].children
+    (fact,) = [w for w in rest if isinstance(w, W.Label)]
+    assert isinstance(protocol, W.Dropdown) and list(protocol.options) == ["fixed"]
+    assert protocol.disabled and not _shown(protocol)
+    assert _shown(fact) and fact.value == "protocol: fixed"
     source.value = "profile runs"
     assert not protocol.disabled and list(protocol.options) == ["fixed", "variable"]
+    assert _shown(protocol) and not _shown(fact)
     source.value = "committed grid"
-    assert protocol.disabled
+    assert protocol.disabled and not _shown(protocol) and _shown(fact)
+    assert fact.value == "protocol: fixed"
 
 
-def test_length_dashboard_greys_out_its_one_protocol_and_wraps_its_caption_by_words():
+def test_a_one_value_label_shows_the_display_name():
+    import ipywidgets as W
+
+    from structattn_lite.report import browser
+
+    app = browser({"runs": ["mod3"]}, lambda data: {"task": data}, lambda data, task: None)
+    facts = [w for w in app.children[0].children if isinstance(w, W.Label) and _shown(w)]
+    assert [w.value for w in facts] == ["source: runs", "task: mod-3"]
+
+
+def test_a_browser_opens_on_parity():
+    """Tasks sorted by their keys opened on `dyck1` (parentheses): the paper's order opens
+    on parity."""
+    from structattn_lite.report import browser
+
+    drawn = []
+    app = browser({"runs": ["dyck1", "mod3", "parity"]}, lambda data: {"task": data},
+                  lambda data, task: drawn.append(task))  # fmt: skip
+    found = controls(app)
+    assert found["task"] == (["parity", "mod-3", "parentheses"], "parity")
+    assert drawn == ["parity"]
+
+
+def test_grokking_dashboard_opens_on_parity():
+    app, guide = _run(FOLDER / "2_grokking_runs.ipynb")
+    assert controls(app)["task"][1] == "parity"
+    assert "| **task** |" in guide and "| `parity` |" in guide
+
+
+def test_length_dashboard_shows_its_one_protocol_as_a_label_and_wraps_its_caption_by_words():
     """Printed, the caption was a stream output that the browser breaks mid-word."""
+    import ipywidgets as W
+
     from structattn_lite.dashboard import caption
 
     notebook = FOLDER / "3_length_generalization.ipynb"
     app, _ = _run(notebook)
     pickers = {w.description: w for w in _widgets(app) if getattr(w, "description", "")}
-    assert pickers["protocol"].disabled == (len(pickers["protocol"].options) == 1)
-    assert not pickers["model"].disabled
+    single = len(pickers["protocol"].options) == 1
+    assert pickers["protocol"].disabled == single
+    assert _shown(pickers["protocol"]) != single
+    labels = [w.value for w in _widgets(app) if isinstance(w, W.Label) and _shown(w)]
+    assert ("protocol: fixed" in labels) == single, labels
+    assert not pickers["model"].disabled and _shown(pickers["model"])
     code = "\n".join(c.source for c in nbformat.read(notebook, 4).cells if c.cell_type == "code")
     assert "display(caption(length_caption(curves)))" in code and "print(" not in code
     shown = caption("grid 'committed': 135 runs <5 seeds> & more").data

@@ -160,3 +160,27 @@ def test_phase_figure_rejects_other_models_and_layers():
         report.state_phases(build_model("csp", preset="paper", d_model=4, n_layers=1), [1], 1)
     with pytest.raises(ValueError, match="model must be a CSP"):
         report.state_phases(build_model("csp", preset="authors_3bb9f71", d_model=4), [1])
+
+
+def test_browser_shows_a_smoke_profiles_one_task_and_seed_as_labels():
+    """Notebook 03 in the smoke profile trains one task and one seed: its browser offered
+    each as a dropdown with one option. A label stands in for each, and the committed grid's
+    five seeds and three tasks bring the dropdowns back, opening on parity."""
+    import ipywidgets as W
+
+    from structattn_lite.dashboard import controls
+    from structattn_lite.studies.grokking.experiment import committed_records
+
+    gap = committed_records("gap")
+    smoke = [r for r in gap if (r.config["task"], r.seed) == ("mod3", 0)]
+    app = report.grokking_browser({"profile smoke": smoke, "gap grid": gap})
+    row = app.children[0].children
+    shown = [w for w in row if w.layout.display != "none"]
+    source = next(w for w in shown if isinstance(w, W.Dropdown))
+    facts = sorted(w.value for w in shown if isinstance(w, W.Label))
+    assert facts == ["seed: 0", "task: mod-3"]
+    assert [w.description for w in shown if isinstance(w, W.Dropdown)] == ["source", "preset"]
+    source.value = "gap grid"
+    shown = [w for w in row if w.layout.display != "none"]
+    assert not [w for w in shown if isinstance(w, W.Label)]
+    assert controls(app)["task"][0][0] == "parity"

@@ -99,16 +99,17 @@ def test_a_model_dropdown_shows_display_names_and_passes_code_keys():
     app = browser({"grid": ["csp_paper", "lstm"]},
                   lambda data: {"model": data, "task": tasks, "seed": seeds},
                   lambda data, model, task, seed: shown.append((model, task)))  # fmt: skip
-    model = app.children[0].children[1]
+    pickers = {getattr(w, "description", ""): w for w in app.children[0].children}
+    model = pickers["model"]
     assert list(model.options) == [("CSP (paper text)", "csp_paper"), ("LSTM", "lstm")]
     model.value = "lstm"
-    task = app.children[0].children[2]
-    # a task reads as words too, and passes its key
-    assert list(task.options) == [(names.display_name(t), t) for t in sorted(tasks)]
+    task = pickers["task"]
+    # a task reads as words too, and passes its key (tasks in the paper's order)
+    assert list(task.options) == [(names.display_name(t), t) for t in ("parity", "dyck1")]
     assert dict(task.options)["parentheses"] == "dyck1"
-    task.value = "parity"
-    assert shown == [("csp_paper", "dyck1"), ("lstm", "dyck1"), ("lstm", "parity")]
-    seed = app.children[0].children[3]
+    task.value = "dyck1"
+    assert shown == [("csp_paper", "parity"), ("lstm", "parity"), ("lstm", "dyck1")]
+    seed = pickers["seed"]
     assert list(seed.options) == [0]  # not a code key: shown as it is
 
 

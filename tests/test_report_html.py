@@ -101,3 +101,25 @@ def test_an_executed_notebook_holds_the_state_of_every_widget_it_shows(tmp_path)
     views = [o for o in out.cells[0].outputs if nr.WIDGET_VIEW in o.get("data", {})]
     assert len(views) == 2
     assert nr.missing_widget_models(out) == []
+
+
+def test_a_finished_run_bar_in_a_notebook_is_hidden_not_closed(monkeypatch):
+    """Notebook 03's training cell, saved in JupyterLab and reopened, showed two "Loading
+    widget..." views ("widget model not found"): each run's bar (``leave=False``) closed its
+    widget, JupyterLab dropped the closed model and kept the view. Every widget a fit
+    displays must stay open (saved with the notebook), the finished bar hidden."""
+    import ipywidgets as W
+    import torch
+    import tqdm.notebook
+
+    from structattn_lite.training import trainer as tr
+
+    shown = []
+    monkeypatch.setattr(tr, "tqdm", tqdm.notebook.tqdm)  # as tqdm.auto picks in a notebook
+    monkeypatch.setattr(tqdm.notebook, "display", lambda w, *a, **k: shown.append(w))
+    trainer = tr.Trainer(torch.nn.Linear(2, 1), lambda m, x: m(x).pow(2).mean())
+    trainer.fit(2, lambda g: [(torch.ones(3, 2),)], lambda m: {}, torch.Generator())
+    assert shown, "the fit displayed no bar"
+    for w in shown:
+        assert isinstance(w, W.Widget) and w.comm is not None, f"{w!r} was closed"
+        assert w.layout.display == "none", "the finished bar still shows"

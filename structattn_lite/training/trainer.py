@@ -58,6 +58,26 @@ def few_threads(n: int | None = 1):
         torch.set_num_threads(old)
 
 
+def run_bar(**kwargs) -> tqdm:
+    """A run's bar of epochs, gone once the run ends (``leave=False``).
+
+    In a notebook the bar is a widget, and tqdm closes a finished one. JupyterLab then drops
+    the closed model but keeps its view in the cell's output, so the saved notebook holds a
+    view without a model: reopened, it shows "Loading widget..." for good and the console
+    logs "widget model not found" (notebook 03's training cell, once per run). The finished
+    bar is hidden instead (``display: none``), its model kept, so it is saved with the rest.
+    """
+    bar = tqdm(leave=False, **kwargs)
+    box = getattr(bar, "container", None)  # only a notebook's (widget) bar has one
+    if box is not None:
+
+        def hide():
+            box.layout.display = "none"
+
+        box.close = hide
+    return bar
+
+
 SCHEDULES = ("plateau", "cosine", "constant")
 PRECISIONS = ("float32", "bfloat16")
 
@@ -422,9 +442,7 @@ class Trainer:
             self._started = (time.perf_counter(), time.process_time())
         resumed_from = self.resume(generator, target) if self.plan else 0
         label = self.names[0] if k == 1 else f"{self.names[0]} +{k - 1} seeds"
-        bar = tqdm(
-            total=target, initial=self.epoch, desc=label, disable=not self.progress, leave=False
-        )
+        bar = run_bar(total=target, initial=self.epoch, desc=label, disable=not self.progress)
         while self.epoch < target and self.active.any():
             self.epoch += 1
             rules = (stop_when, monitor, patience, time_budget_s)
