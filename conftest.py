@@ -27,6 +27,19 @@ def pytest_configure(config):
     defer_output_widget_echo()
 
 
+@pytest.fixture
+def results_copy(tmp_path, monkeypatch):
+    """A copy of data/results that STRUCTATTN_RESULTS points at: a test may damage it."""
+    import shutil
+
+    from structattn_lite.config import results_dir
+
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    monkeypatch.setenv("STRUCTATTN_RESULTS", str(copy))
+    return copy
+
+
 @pytest.fixture(autouse=True)
 def close_figures():
     """Close the figures a test drew, so they do not pile up in the worker (matplotlib

@@ -211,6 +211,21 @@ def km_median(times: Sequence[float], reached: Sequence[bool]) -> float:
 # --- verdicts ------------------------------------------------------------------------
 
 
+def _against_published(published: float, n: int, diverged: int) -> tuple[str, str] | None:
+    """The verdict a row against a published number gets before any interval is read:
+    no number, no run, most seeds diverged, or too few finite seeds; else None."""
+    total = n + diverged
+    if published is None or math.isnan(published):
+        return UNDECIDED, "the paper gives no number, so no run can decide it"
+    if total == 0:
+        return UNDECIDED, "not run yet"
+    if diverged * 2 > total:
+        return NOT_REPRODUCED, f"{diverged} of {total} seeds diverged (non-finite loss)"
+    if n < MIN_SEEDS:
+        return UNDECIDED, f"{n} finite seed(s), fewer than {MIN_SEEDS}"
+    return None
+
+
 def equivalence(
     values: Sequence[float],
     published: float,
@@ -228,14 +243,9 @@ def equivalence(
     """
     n = len(finite_values(values))
     total = n + diverged
-    if published is None or math.isnan(published):
-        return UNDECIDED, "the paper gives no number, so no run can decide it"
-    if total == 0:
-        return UNDECIDED, "not run yet"
-    if diverged * 2 > total:
-        return NOT_REPRODUCED, f"{diverged} of {total} seeds diverged (non-finite loss)"
-    if n < MIN_SEEDS:
-        return UNDECIDED, f"{n} finite seed(s), fewer than {MIN_SEEDS}"
+    early = _against_published(published, n, diverged)
+    if early is not None:
+        return early
     mean, low, high, _ = mean_interval(values, bounds=bounds)
     if math.isnan(low):  # every seed the same value
         low = high = mean
@@ -367,14 +377,9 @@ def noninferiority(
     check_delta(delta)
     x = finite_values(values)
     n, total = len(x), len(x) + diverged
-    if published is None or math.isnan(published):
-        return UNDECIDED, "the paper gives no number, so no run can decide it"
-    if total == 0:
-        return UNDECIDED, "not run yet"
-    if diverged * 2 > total:
-        return NOT_REPRODUCED, f"{diverged} of {total} seeds diverged (non-finite loss)"
-    if n < MIN_SEEDS:
-        return UNDECIDED, f"{n} finite seed(s), fewer than {MIN_SEEDS}"
+    early = _against_published(published, n, diverged)
+    if early is not None:
+        return early
     edge = published - delta
     mean, low, high, _ = mean_interval(x, bounds=bounds)
     if math.isnan(low):

@@ -427,18 +427,6 @@ def test_exported_histories_say_where_each_run_trained(tmp_path):
 # --- damaged committed results ----------------------------------------------------------------
 
 
-@pytest.fixture
-def results_copy(tmp_path, monkeypatch):
-    import shutil
-
-    from structattn_lite.config import results_dir
-
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    monkeypatch.setenv("STRUCTATTN_RESULTS", str(copy))
-    return copy
-
-
 @pytest.mark.parametrize(
     "name, cut",
     [("attention_runs.csv", 40), ("attention_histories.csv.gz", 100), ("claims.csv", 7)],

@@ -3,21 +3,10 @@ the ledger it recomputes from data/results, and names each row where they differ
 
 from __future__ import annotations
 
-import shutil
-
 import pandas as pd
 import pytest
 
 from structattn_lite import cli
-from structattn_lite.config import results_dir
-
-
-@pytest.fixture
-def results_copy(tmp_path, monkeypatch):
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    monkeypatch.setenv("STRUCTATTN_RESULTS", str(copy))
-    return copy
 
 
 def edit(results, how: str) -> list[str]:

@@ -72,6 +72,24 @@ def test_run_notebooks_rejects_a_bad_interval():
         nr.run_notebooks("smoke", every=0)
 
 
+def _tiny_study(tmp_path, monkeypatch, code: str):
+    """`make study` over one notebook of ``code`` (09_tiny.ipynb; HTML export stubbed):
+    the folder its reports go to."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nbformat.write(code_notebook(code), folder / "09_tiny.ipynb")
+    monkeypatch.setattr(nr, "notebooks", lambda only=None: [folder / "09_tiny.ipynb"])
+
+    def fake_html(notebook, out_dir=None):  # the offline assets need npm; not under test
+        target = out_dir / notebook.with_suffix(".html").name
+        target.write_text("<html></html>")
+        return target
+
+    monkeypatch.setattr(nr, "export_html", fake_html)
+    monkeypatch.setenv("PYTHONPATH", str(nr.repo_root()))
+    return tmp_path / "reports"
+
+
 def test_make_study_shows_a_notebooks_runs_while_it_runs_and_sums_up(tmp_path, monkeypatch, capsys):
     """A tiny notebook whose kernel reports runs through the inherited variable, waits, and
     draws a figure into the profile's folder: the lines while it runs count its runs, the
@@ -85,20 +103,7 @@ def test_make_study_shows_a_notebooks_runs_while_it_runs_and_sums_up(tmp_path, m
         "(figures_dir('smoke') / '09_tiny_figure.png').write_bytes(b'png')\n"
         "time.sleep(2.5)\n"
     )
-    nb = code_notebook(code)
-    folder = tmp_path / "notebooks"
-    folder.mkdir()
-    nbformat.write(nb, folder / "09_tiny.ipynb")
-    monkeypatch.setattr(nr, "notebooks", lambda only=None: [folder / "09_tiny.ipynb"])
-
-    def fake_html(notebook, out_dir=None):  # the offline assets need npm; not under test
-        target = out_dir / notebook.with_suffix(".html").name
-        target.write_text("<html></html>")
-        return target
-
-    monkeypatch.setattr(nr, "export_html", fake_html)
-    monkeypatch.setenv("PYTHONPATH", str(nr.repo_root()))
-    reports = tmp_path / "reports"
+    reports = _tiny_study(tmp_path, monkeypatch, code)
     assert nr.run_notebooks("smoke", out_dir=reports, every=0.5) == [reports / "09_tiny.html"]
     out = capsys.readouterr().out
     assert re.search(r"\[study\] 09_tiny\.ipynb: 2/5 runs done, \d+:\d\d elapsed", out), out
@@ -122,19 +127,7 @@ def test_make_study_kernels_run_over_ipc_so_no_tcp_warning(tmp_path, monkeypatch
         "app = IPKernelApp.instance()\n"
         "print('transport:', app.transport, 'ip:', app.ip)\n"
     )
-    folder = tmp_path / "notebooks"
-    folder.mkdir()
-    nbformat.write(code_notebook(code), folder / "09_tiny.ipynb")
-    monkeypatch.setattr(nr, "notebooks", lambda only=None: [folder / "09_tiny.ipynb"])
-
-    def fake_html(notebook, out_dir=None):  # the offline assets need npm; not under test
-        target = out_dir / notebook.with_suffix(".html").name
-        target.write_text("<html></html>")
-        return target
-
-    monkeypatch.setattr(nr, "export_html", fake_html)
-    monkeypatch.setenv("PYTHONPATH", str(nr.repo_root()))
-    reports = tmp_path / "reports"
+    reports = _tiny_study(tmp_path, monkeypatch, code)
     nr.run_notebooks("smoke", out_dir=reports, every=60)
     captured = capfd.readouterr()
     both = captured.out + captured.err

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import pandas as pd
 import pytest
 
 from structattn_lite import cli
-from structattn_lite.config import results_dir
 from structattn_lite.records import CorruptRecordWarning, RunRecord, RunStore, config_hash
 
 CONFIG = {"task": "mod3", "seed": 0, "epochs": 2}
@@ -66,14 +64,6 @@ def test_a_stopped_run_may_have_fewer_rows_than_epochs(tmp_path):
 
 
 # --- committed results --------------------------------------------------------------------
-
-
-@pytest.fixture
-def results_copy(tmp_path, monkeypatch):
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    monkeypatch.setenv("STRUCTATTN_RESULTS", str(copy))
-    return copy
 
 
 ABLATIONS = "csp_ablations_paper_text.csv"

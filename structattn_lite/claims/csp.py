@@ -197,15 +197,21 @@ def curves() -> list[dict]:
     of = lambda task, column: seeds.loc[seeds["task"] == task, column].dropna().tolist()  # noqa: E731
     fields = dict(study="CSP", protocol=PAPER_TEXT, grid="gap", command=GAP_COMMAND)
     rows = []
-    a, b = of("dyck1", "jump"), of("parity", "jump")
-    (diff, low, high), verdict, reason = stats.difference(
-        a, b, delta=rule_of("csp/convergence/order").delta, claim="greater")  # fmt: skip
-    rows.append(row(
-        {"parentheses": a, "parity": b}, id="csp/convergence/order",
-        claim=f"parentheses take longer than parity to converge (about 150 against 50 epochs), "
-              f"{display_name('paper')}", source="CSP paper, section 3.2", ours=diff, low=low,
-        high=high, seeds=min(len(a), len(b)), verdict=verdict, reason=reason,
-        notebook="03, grokking gap", **fields))  # fmt: skip
+
+    def longer(ident, first, second, column, words, source):
+        """A row for "``first``'s ``column`` is larger than ``second``'s" (Welch, delta)."""
+        a, b = of(first, column), of(second, column)
+        (diff, low, high), verdict, reason = stats.difference(
+            a, b, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
+        return row(
+            {display_name(first): a, display_name(second): b}, id=ident,
+            claim=f"{words}, {display_name('paper')}", source=source, ours=diff, low=low,
+            high=high, seeds=min(len(a), len(b)), verdict=verdict, reason=reason,
+            notebook="03, grokking gap", **fields)  # fmt: skip
+
+    rows.append(longer("csp/convergence/order", "dyck1", "parity", "jump",
+                       "parentheses take longer than parity to converge (about 150 against 50 "
+                       "epochs)", "CSP paper, section 3.2"))  # fmt: skip
     for task, paper in PAPER_PLATEAU.items():
         values = pd.Series(of(task, "at_chance"), dtype=float)
         rows.append(published_row(
@@ -213,13 +219,7 @@ def curves() -> list[dict]:
             claim=f"{display_name(task)} sits at chance for about {paper:.0f} epochs before it learns, "
                   f"{display_name('paper')}", source="CSP paper, Fig. 3",
             notebook="03, grokking gap", **fields))  # fmt: skip
-    a, b = of("mod3", "gap_100"), of("parity", "gap_100")
-    (diff, low, high), verdict, reason = stats.difference(
-        a, b, delta=rule_of("csp/gap_order").delta, claim="greater")  # fmt: skip
-    rows.append(row(
-        {"mod-3": a, "parity": b}, id="csp/gap_order",
-        claim=f"the grokking gap grows with difficulty: mod-3's is longer than parity's, "
-              f"{display_name('paper')}", source="CSP paper, section 4.2.1", ours=diff, low=low,
-        high=high, seeds=min(len(a), len(b)), verdict=verdict, reason=reason,
-        notebook="03, grokking gap", **fields))  # fmt: skip
+    rows.append(longer("csp/gap_order", "mod3", "parity", "gap_100",
+                       "the grokking gap grows with difficulty: mod-3's is longer than parity's",
+                       "CSP paper, section 4.2.1"))  # fmt: skip
     return rows
