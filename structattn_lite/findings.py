@@ -89,9 +89,9 @@ IN_SHORT = [
      "is nothing for a spike to mark.",
      ["spike/paper/parity", "spike/paper/dyck1", "spike/authors_3bb9f71/*"]),
     ("CSP, grokking",
-     "The paper's curves do not read as it says: parentheses learn first, not last (their "
-     "first epoch at 90% comes {csp/convergence/order|ours:.0f} epochs after parity's, a "
-     "negative number), and they never sit at chance before it.",
+     "The paper's curves do not read as it says: parentheses learn first, not last (first "
+     "epoch at 90%, parentheses minus parity: {csp/convergence/order|ours:+.0f} epochs), and "
+     "they never sit at chance before it.",
      ["csp/convergence/order", "csp/plateau/dyck1"]),
     ("CSP, grokking",
      "Mod-3's plateau at chance ({csp/plateau/mod3|ours:.0f} epochs) neither matches nor "

@@ -118,7 +118,7 @@ def at_chosen_rates(curves: pd.DataFrame) -> pd.DataFrame:
 # Grids whose committed file is kept across sessions: an export replaces the rows of the
 # runs it holds and keeps the others (the authors' mod-3 runs were retrained alone when
 # their vocabulary became the authors' 3).
-GROWN_ACROSS_SESSIONS = ("authors",)
+GROWN_ACROSS_SESSIONS = ("authors", "authors_fresh")
 RUN_ID = ["task", "model", "protocol", "seed"]
 
 
