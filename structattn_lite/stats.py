@@ -351,9 +351,7 @@ def difference(
             return nan, UNDECIDED, f"{min(sa[2], sb[2])} seed(s) on a side, fewer than {MIN_SEEDS}"
         diff, low, high = welch_difference(sa, sb)
         how = "Welch"
-    what = "log ratio" if log else how
-    if log:
-        what = f"{how}, log ratio (x{math.exp(diff):.2f})"
+    what = f"{how}, log ratio (x{math.exp(diff):.2f})" if log else how
     text = f"{what} {diff:{spec}} [{low:{spec}}, {high:{spec}}]; {_edge_text(claim, delta, spec)}"
     return (diff, low, high), decide(low, high, claim, delta), text
 
