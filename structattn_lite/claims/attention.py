@@ -199,16 +199,20 @@ def attention() -> list[dict]:
     protocol = committed_protocol(runs)
     untuned = _untuned(runs)
 
+    def reads_fresh(ident) -> bool:
+        """Whether row ``ident`` is read on the fresh seeds its rule names (all in)."""
+        return ident is not None and rule_of(ident).fresh is not None and fresh is not None
+
     def attention_row(ident, *args, **fields):
         """A row read on the fresh seeds its rule names once they are all in."""
-        fresh_read = rule_of(ident).fresh is not None and fresh is not None
+        fresh_read = reads_fresh(ident)
         fields = {"protocol": protocol, "untuned": untuned, **fields}
         return _attention_row(ident, *args, fresh_read=fresh_read, **fields)  # fmt: skip
 
     def col(part, variant, column, fraction=1.0, precision="float32", ident=None):
         """Per-seed values of one cell, from the fresh seeds when ``ident``'s rule names
         them and they are all in, else from the committed grid's."""
-        frame = fresh if ident and rule_of(ident).fresh and fresh is not None else finals
+        frame = fresh if reads_fresh(ident) else finals
         pick = frame[(frame["part"] == part) & (frame["variant"] == variant)
                      & (frame["fraction"] == fraction) & (frame["precision"] == precision)]  # fmt: skip
         return pick.sort_values("seed")[column].tolist()  # fmt: skip
@@ -277,7 +281,7 @@ def attention() -> list[dict]:
         key = f"attention/low_data/{base}"
         low = [col("low data", v, "val_bpc", fraction=0.01, ident=key) for v in (m, base)]
         full = [col("main", v, "val_bpc", ident=key) for v in (m, base)]
-        fresh_read = rule_of(key).fresh is not None and fresh is not None
+        fresh_read = reads_fresh(key)
         rows.append(_interaction_row(
             key, f"{name(m)}'s edge over {name(base)} is larger with 1% of the "
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
