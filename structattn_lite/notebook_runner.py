@@ -83,7 +83,12 @@ def ipc_kernel_manager(sockets: Path) -> type:
     transport), not on localhost TCP ports. Over TCP with no encryption key ipykernel warns
     on every start ("Kernel is running over TCP without encryption"), as ``make study``
     printed once per notebook; an IPC socket is a file that other users cannot open, so
-    there is nothing to warn about. Each kernel gets its own socket prefix in ``sockets``."""
+    there is nothing to warn about. Each kernel gets its own socket prefix in ``sockets``.
+
+    A finished notebook's kernel is shut down without the SIGINT that jupyter_client sends
+    first: the kernel is idle by then, and a signal that lands while it still answers a
+    late message is logged as "KeyboardInterrupt caught in kernel." on the study's output.
+    An interrupt asked for while the kernel runs (a cell past its timeout) still goes."""
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import default
 
@@ -95,6 +100,10 @@ def ipc_kernel_manager(sockets: Path) -> type:
         @default("ip")
         def _ip_default(self) -> str:
             return tempfile.mkdtemp(prefix="kernel-", dir=sockets) + "/ipc"
+
+        async def _async_interrupt_kernel(self) -> None:
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
 
     return IPCKernelManager
 

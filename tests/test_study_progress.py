@@ -4,6 +4,7 @@ and at the end a table of how long each notebook took and what it wrote where.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -136,3 +137,39 @@ def test_make_study_kernels_run_over_ipc_so_no_tcp_warning(tmp_path, monkeypatch
     assert "transport: ipc" in printed, printed
     sockets = Path(printed.split("ip: ")[1].strip()).parent.parent
     assert sockets.name.startswith("structattn-kernels-") and not sockets.exists()
+
+
+def test_a_finished_kernel_is_shut_down_without_a_sigint(tmp_path):
+    """jupyter_client sends SIGINT before every shutdown; a kernel still answering a late
+    message then logs "KeyboardInterrupt caught in kernel." on `make study`'s output (CI saw
+    it once under load). The study's kernels shut down without that signal: a SIGINT
+    handler in the kernel that would write a file never runs, while an interrupt asked for
+    during the run (a cell past its timeout) still reaches it."""
+    marks = tmp_path / "sigints"
+    code = (
+        f"def mark(*_): open({str(marks)!r}, 'a').write('sigint\\n')\n"
+        # ipykernel restores its idle handler after each message: replace that one
+        "get_ipython().kernel.saved_sigint_handler = mark\n"
+    )
+
+    async def run() -> tuple[str, str]:
+        (tmp_path / "sockets").mkdir()
+        km = nr.ipc_kernel_manager(tmp_path / "sockets")()
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            await kc.execute_interactive(code, timeout=60)
+            await km.interrupt_kernel()  # asked for during the run: reaches the kernel
+            await asyncio.sleep(0.5)
+            during = marks.read_text() if marks.exists() else ""
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel()
+        await asyncio.sleep(0.5)
+        return during, marks.read_text() if marks.exists() else ""
+
+    during, after = asyncio.run(run())
+    assert during == "sigint\n", during
+    assert after == during, "the shutdown sent a SIGINT"
