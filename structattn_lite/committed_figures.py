@@ -131,7 +131,8 @@ FIGURES: dict[str, Callable[[], Figure | Table]] = {
     "04_ablations_table4_paper_size": lambda: _ablations(
         "Table 4, paper size. ", lambda r: ct.display_table(ct.table4(r[r["loss"] == "focal"]))),
     "04_ablations_claims_paper_size": lambda: _ablations(
-        "", lambda r: ct.claims_table(r).round(3).set_index(["preset", "claim", "task"])),
+        "The paper's 'A beats B' claims, the ledger's ablation/* rows: mean(A) - mean(B) "
+        "[95% Welch interval]; each row's reason is in LEDGER.md. ", lambda r: ct.claims_rows()),
     # 05: length generalization (data/results/length_*)
     **{f"05_length_{metric}_vs_length":
        lambda metric=metric: lt.plot_curves(lt.load_curves("committed"), metric)

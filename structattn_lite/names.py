@@ -154,7 +154,7 @@ _PAPER = "the CSP paper (Tables 3 and 4, grokking gaps, gradient-norm spikes, it
 _FIELD = "the wider field (Grazzi et al.; the Chomsky-hierarchy paper) on parity at length"
 _CARD = "the attention card (its hypothesis, and what it computes from the paper)"
 SOURCE_GROUPS = {
-    "table3": _PAPER, "table4": _PAPER, "gap": _PAPER, "spike": _PAPER, "csp": _PAPER,
+    "table3": _PAPER, "table4": _PAPER, "ablation": _PAPER, "gap": _PAPER, "spike": _PAPER, "csp": _PAPER,
     "authors": "the authors' README length table (their CSP-Vanilla row)",
     "grazzi": _FIELD, "chomsky": _FIELD,
     "attention": _CARD, "theory": _CARD,

@@ -86,7 +86,7 @@ def _tables():
     # the widest table (Table 4), the longest cells (claims), the most rows (length)
     return {
         "table4": ct.display_table(ct.table4(results)),
-        "claims": ct.claims_table(results).round(3).set_index(["preset", "claim", "task"]),
+        "claims": ct.claims_rows(),
         "length_seq_acc": lt.length_table(curves, "seq_acc"),
     }
 

@@ -25,6 +25,7 @@ CLAIMS_CSV = "claims.csv"
 SECTIONS: list[Callable[[], list[dict]]] = [
     csp.table3,
     csp.table4,
+    csp.ablation_claims,
     csp.grokking,
     csp.curves,
     length.authors_length,

@@ -11,6 +11,7 @@ import pandas as pd
 from structattn_lite import names, stats
 from structattn_lite.claims.rows import (
     PAPER_TEXT,
+    diverged_seeds,
     published_row,
     read,
     row,
@@ -91,6 +92,61 @@ def table4() -> list[dict]:
         return ABLATIONS_COMMAND.format(grid=grid)
 
     return _table_rows(frame, cells, "paper_table4 (+ paper_text)", command, "4")
+
+
+# --- the CSP paper: its "A beats B" sentences about the ablations -------------------------
+# Each compares two of the Table 3 and 4 cells above, on their per-seed values; a cell is a
+# row's id without its task.
+ABLATION_CLAIMS = {  # key -> (the paper's words, tasks, cell A, cell B)
+    "rotation": ("rotation is the core inductive bias", PAPER_TASKS,
+                 "table4/with/+norm", "table4/without/+norm"),
+    "silu_per_step": ("SiLU inside every step hurts", PAPER_TASKS,
+                      "table4/with/base", "table4/with/+silu"),
+    "skip": ("the block skip helps", PAPER_TASKS, "table4/with/+skip", "table4/with/+silu"),
+    "norm_vs_layernorm": ("the complex norm beats LayerNorm", ("dyck1",),
+                          "table4/with/+norm", "table4/with/layernorm"),
+    "focal_vs_ce": ("focal loss beats cross-entropy", ("mod3", "dyck1"),
+                    "table3/focal", "table3/ce"),
+}  # fmt: skip
+
+
+def _side(r: dict) -> tuple[list[float], int, str]:
+    """A Table 3/4 row's per-seed values, its diverged seeds, and both in words."""
+    values = list(r["values"]["ours"])
+    k = diverged_seeds(r["reason"])
+    diverged = k[0] if k else 0
+    mean = f"{sum(values) / len(values):.3f} over {len(values)}" if values else "no value"
+    return values, diverged, f"{mean} ({diverged} diverged)" if diverged else mean
+
+
+def ablation_claims() -> list[dict]:
+    """One row per claim and task: mean(A) - mean(B) on the cells' trained seeds (Welch),
+    by the row's rule; a side with fewer than 3 trained seeds (the rest diverged) leaves the
+    row undecided, and its reason says so."""
+    cells = {r["id"]: r for r in (*table3(), *table4())}
+    rows = []
+    for key, (words, tasks, a, b) in ABLATION_CLAIMS.items():
+        for task in tasks:
+            ident, ra, rb = f"ablation/{key}/{task}", cells[f"{a}/{task}"], cells[f"{b}/{task}"]
+            (va, da, wa), (vb, db, wb) = _side(ra), _side(rb)
+            (diff, low, high), verdict, reason = stats.difference(
+                va, vb, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
+            if verdict == stats.UNDECIDED and (da or db):
+                reason = (f"fewer than {stats.MIN_SEEDS} trained seeds on a side: the rest "
+                          "diverged, so no accuracy to compare; the section 3.3.2 runs (the "
+                          "full model, which trains, without the part) would decide it, and "
+                          "are not trained yet")  # fmt: skip
+            rows.append(row(
+                {"A": va, "B": vb}, id=ident, study="CSP",
+                claim=f"{words}: {display_name(task)} {names.metric_name(task)}, "
+                      f"A `{a}` against B `{b}`",
+                source="CSP paper, section 3.3", published=math.nan, ours=diff, low=low,
+                high=high, seeds=len(va) + da + len(vb) + db, verdict=verdict,
+                reason=f"A {wa}, B {wb}; {reason}", protocol=PAPER_TEXT,
+                grid="paper_table4 (+ paper_text)", notebook="04, the paper's claims",
+                command=ABLATIONS_COMMAND.format(grid="paper_table4"),
+            ))  # fmt: skip
+    return rows
 
 
 # --- the CSP paper: grokking gap and gradient-norm spike ----------------------------------

@@ -3,7 +3,7 @@
 The committed records are the paper-size grids: ``csp_ablations_paper_text.csv`` (Table 3,
 whose focal row is Table 4's full model) and ``csp_ablations_paper_table4.csv`` (Table 4's
 other rows). ``load_results`` reads both as one frame, ``table3``/``table4`` summarize,
-``claims_table`` tests the paper's "A beats B" claims, ``display_table`` writes each cell
+``claims_rows`` shows the ledger's rows for the paper's "A beats B" claims, ``display_table`` writes each cell
 as mean ± sd, and ``grid_caption`` says which grid a table came from. Every verdict is the
 claims ledger's (``stats``).
 """
@@ -15,9 +15,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from structattn_lite import names, stats
+from structattn_lite import names
 from structattn_lite.config import results_dir
-from structattn_lite.report import NO_ROW, count_range, format_mean_sd, ledger_rows
+from structattn_lite.report import (
+    NO_ROW,
+    count_range,
+    format_mean_sd,
+    ledger_interval,
+    ledger_rows,
+)
 from structattn_lite.studies.ablations.experiment import (
     COMMITTED_CSV,
     PAPER_TABLE3,
@@ -123,46 +129,16 @@ def table4(df: pd.DataFrame) -> pd.DataFrame:
     return _wide(cells, ["preset", "rotation", "variant"], paper, ident)
 
 
-CLAIMS = [  # (claim, tasks, (cell A), (cell B)): the paper says A beats B
-    ("rotation is the core inductive bias", TASKS, ("with", "+norm"), ("without", "+norm")),
-    ("SiLU inside every step hurts", TASKS, ("with", "base"), ("with", "+silu")),
-    ("block skip helps", TASKS, ("with", "+skip"), ("with", "+silu")),
-    ("complex norm beats LayerNorm", ("dyck1",), ("with", "+norm"), ("with", "layernorm")),
-]
-
-
-def claims_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Each ablation claim of the paper ("A beats B"), tested per preset and task on the
-    per-seed values: the ledger's difference rule (Welch 95% interval of mean(A) - mean(B))."""
-    t4, t3 = table4(df), table3(df)
-    full = (df["variant"] == "+norm") & (df["rotation"] == "with")
-    cells = {**_values(df[df["loss"] == "focal"], t4, ("preset", "rotation", "variant")),
-             **_values(df[full], t3, ("preset", "loss"))}  # fmt: skip
-    rows = []
-    for preset in t4.index.get_level_values("preset").unique():
-        tests = [(claim, task, (preset, *a), (preset, *b))
-                 for claim, tasks, a, b in CLAIMS for task in tasks]  # fmt: skip
-        tests += [("focal loss beats cross-entropy", task, (preset, "focal"), (preset, "ce"))
-                  for task in ("mod3", "dyck1")]  # fmt: skip
-        for claim, task, a, b in tests:
-            if (a, task) not in cells or (b, task) not in cells:
-                continue
-            va, vb = cells[a, task], cells[b, task]
-            _, verdict, reason = stats.difference(va, vb, delta=stats.ACCURACY_MARGIN,
-                                                  claim="greater")  # fmt: skip
-            rows.append({"preset": preset, "claim": claim, "task": task,
-                         "A": sum(va) / len(va) if va else math.nan,
-                         "B": sum(vb) / len(vb) if vb else math.nan,
-                         "verdict": verdict, "reason": reason})  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def _values(df: pd.DataFrame, table: pd.DataFrame, keys: tuple[str, ...]) -> dict:
-    """(cell key, task) -> the finite per-seed values behind ``table``'s rows."""
-    keys = list(keys)
-    cells = cell_stats(df[df["split"] == "random"], keys)
-    return {(tuple(r[k] for k in keys), r["task"]): r["values"] for _, r in cells.iterrows()
-            if tuple(r[k] for k in keys) in table.index}  # fmt: skip
+def claims_rows() -> pd.DataFrame:
+    """The ledger's rows for the paper's "A beats B" sentences (``ablation/*``), as the
+    ledger holds them: the difference, its interval, verdict and reason are read by row id,
+    never recomputed here."""
+    ledger = ledger_rows()
+    rows = ledger[ledger.index.str.startswith("ablation/")]
+    return pd.DataFrame({  # the ids and reasons are LEDGER.md's, a click away
+        "claim": rows["claim"], "A - B": [ledger_interval(r) for _, r in rows.iterrows()],
+        "verdict": rows["verdict"],
+    }).reset_index(drop=True)  # fmt: skip
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
