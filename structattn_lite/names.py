@@ -113,6 +113,8 @@ _WORDS = {
     "+skip": Entry("+Skip"),
     "+norm": Entry("+Norm (the full model)"),
     "layernorm": Entry("LayerNorm instead of the complex norm"),
+    "-skip": Entry("the full model without its skip"),
+    "+stepsilu": Entry("the full model with SiLU inside every step"),
     # the attention card's two ways of projecting queries and keys
     "shared": Entry("shared q/k"),
     "sep": Entry("separate q/k"),
@@ -136,6 +138,7 @@ _WORDS = {
 ABLATION_GRIDS = {
     "paper_text": "Table 3's grid",
     "paper_table4": "Table 4's grid",
+    "paper_332": "section 3.3.2's grid",
     "smoke": "the smoke profile's grid",
     "quick": "the quick profile's grid",
     "paper": "the paper profile's grid",

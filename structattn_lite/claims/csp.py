@@ -36,12 +36,7 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command, table: st
     """One row per (cell, task): ``cells`` lists (claim words, selector, published)."""
     rows = []
     for ident, words, select, published, task in cells:
-        runs = frame[select(frame) & (frame["task"] == task)] if frame is not None else None
-        if runs is None:
-            runs = pd.DataFrame(columns=[names.metric(task), "status"])
-        diverged = runs["status"] == "diverged"  # its last evaluation is no trained model's
-        values = runs.loc[~diverged, names.metric(task)].dropna()
-        diverged = int(diverged.sum())
+        values, diverged = _cell_values(frame, select, task)
         number = "(no published number)" if math.isnan(published) else f"{published:.2f}"
         rows.append(published_row(
             values, diverged, published, bounds=stats.UNIT,  # accuracy, F1
@@ -51,6 +46,16 @@ def _table_rows(frame: pd.DataFrame | None, cells, grid: str, command, table: st
             command=command(ident) if callable(command) else command,
         ))  # fmt: skip
     return rows
+
+
+def _cell_values(frame: pd.DataFrame | None, select, task: str) -> tuple[pd.Series, int]:
+    """A cell's per-seed scores (the task's metric) and how many of its seeds diverged: a
+    diverged run's last evaluation is no trained model's, so it has no score."""
+    runs = frame[select(frame) & (frame["task"] == task)] if frame is not None else None
+    if runs is None:
+        runs = pd.DataFrame(columns=[names.metric(task), "status"])
+    diverged = runs["status"] == "diverged"
+    return runs.loc[~diverged, names.metric(task)].dropna(), int(diverged.sum())
 
 
 ABLATIONS_COMMAND = "structattn run ablations --grid {grid} --seed-batching"
@@ -107,6 +112,11 @@ ABLATION_CLAIMS = {  # key -> (the paper's words, tasks, cell A, cell B)
                           "table4/with/+norm", "table4/with/layernorm"),
     "focal_vs_ce": ("focal loss beats cross-entropy", ("mod3", "dyck1"),
                     "table3/focal", "table3/ce"),
+    # section 3.3.2, on the full model (grid paper_332: no Table 4 row holds these cells)
+    "skip_in_full": ("removing the skip from the full model drops accuracy", PAPER_TASKS,
+                     "table4/with/+norm", "paper_332/-skip"),
+    "step_silu_in_full": ("SiLU inside every step underperforms SiLU at the block boundary",
+                          PAPER_TASKS, "table4/with/+norm", "paper_332/+stepsilu"),
 }  # fmt: skip
 
 
@@ -119,19 +129,36 @@ def _side(r: dict) -> tuple[list[float], int, str]:
     return values, diverged, f"{mean} ({diverged} diverged)" if diverged else mean
 
 
+def _section_332() -> list[dict]:
+    """The section 3.3.2 cells (grid paper_332) in the shape ``_side`` reads: per-seed
+    values and a reason that counts diverged seeds as the Table 4 rows' does."""
+    frame = read(COMMITTED_CSV["paper_332"])
+    out = []
+    for variant in ("-skip", "+stepsilu"):
+        for task in PAPER_TASKS:
+            values, diverged = _cell_values(frame, _selector(variant=variant), task)
+            n = len(values) + diverged
+            out.append({"id": f"paper_332/{variant}/{task}", "values": {"ours": values.tolist()},
+                        "reason": f"{diverged} of {n} seeds diverged" if diverged else ""})  # fmt: skip
+    return out
+
+
 def ablation_claims() -> list[dict]:
     """One row per claim and task: mean(A) - mean(B) on the cells' trained seeds (Welch),
     by the row's rule; a side with fewer than 3 trained seeds (the rest diverged) leaves the
     row undecided, and its reason says so."""
-    cells = {r["id"]: r for r in (*table3(), *table4())}
+    cells = {r["id"]: r for r in (*table3(), *table4(), *_section_332())}
     rows = []
     for key, (words, tasks, a, b) in ABLATION_CLAIMS.items():
         for task in tasks:
             ident, ra, rb = f"ablation/{key}/{task}", cells[f"{a}/{task}"], cells[f"{b}/{task}"]
+            grid = "paper_332" if b.startswith("paper_332/") else "paper_table4"
             (va, da, wa), (vb, db, wb) = _side(ra), _side(rb)
             (diff, low, high), verdict, reason = stats.difference(
                 va, vb, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
-            if verdict == stats.UNDECIDED and (da or db):
+            if not vb and not db:
+                reason = "B's runs are not trained yet"
+            elif verdict == stats.UNDECIDED and (da or db):
                 reason = (f"fewer than {stats.MIN_SEEDS} trained seeds on a side: the rest "
                           "diverged, so no accuracy to compare; the section 3.3.2 runs (the "
                           "full model, which trains, without the part) would decide it, and "
@@ -143,8 +170,8 @@ def ablation_claims() -> list[dict]:
                 source="CSP paper, section 3.3", published=math.nan, ours=diff, low=low,
                 high=high, seeds=len(va) + da + len(vb) + db, verdict=verdict,
                 reason=f"A {wa}, B {wb}; {reason}", protocol=PAPER_TEXT,
-                grid="paper_table4 (+ paper_text)", notebook="04, the paper's claims",
-                command=ABLATIONS_COMMAND.format(grid="paper_table4"),
+                grid=f"{grid} (+ paper_text)", notebook="04, the paper's claims",
+                command=ABLATIONS_COMMAND.format(grid=grid),
             ))  # fmt: skip
     return rows
 

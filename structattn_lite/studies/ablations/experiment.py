@@ -45,6 +45,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "+skip": {"silu": "step", "skip": True, "norm": "none"},
     "+norm": {"silu": "boundary", "skip": True, "norm": "complex"},  # the full CSP
     "layernorm": {"silu": "boundary", "skip": True, "norm": "layernorm"},
+    # section 3.3.2: the full model with one part taken out or moved (no Table 4 row)
+    "-skip": {"silu": "boundary", "skip": False, "norm": "complex"},
+    "+stepsilu": {"silu": "step", "skip": True, "norm": "complex"},
 }
 ROTATIONS = ("with", "without")
 
@@ -98,6 +101,13 @@ GRIDS: dict[str, dict[str, Any]] = {
                               ("with", "layernorm"), ("without", "+norm"),
                               ("without", "base"), ("without", "+silu"),
                               ("without", "+skip"))},
+    # paper_332: section 3.3.2's claims about the full model, which Table 4's cumulative
+    # rows never test: the full model without its skip, and with SiLU inside every step
+    # instead of at the block boundary; the paper_text protocol, 5 seeds. Its other side
+    # is the full model's runs (paper_text). Cheap tasks first.
+    "paper_332": {"tasks": ("dyck1", "mod3", "parity"), "presets": ("paper",),
+                  "seeds": tuple(range(5)), "epochs": 300, "hold": 10, "setting": "paper_text",
+                  "rows": (("with", "-skip"), ("with", "+stepsilu"))},
     # paper: the paper's sizes and 300 epochs, 5 seeds (hours; resumable via RunStore).
     "paper": {"tasks": TASKS, "presets": ("paper", "code_switches"), "seeds": tuple(range(5)),
               "epochs": 300, "n": None, "d_model": 64, "n_layers": 3, "hold": 20,
@@ -257,6 +267,7 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
 COMMITTED_CSV = {
     "paper_text": "csp_ablations_paper_text.csv",
     "paper_table4": "csp_ablations_paper_table4.csv",
+    "paper_332": "csp_ablations_paper_332.csv",
 }
 
 
@@ -273,7 +284,7 @@ def export(records: list[RunRecord], grid: str = "paper_text") -> list[Path]:
     return [path]
 
 
-GROWN_ACROSS_SESSIONS = ("paper_table4", "paper_text")
+GROWN_ACROSS_SESSIONS = ("paper_table4", "paper_text", "paper_332")
 RUN_ID = ["rotation", "variant", "task", "preset", "seed"]
 
 

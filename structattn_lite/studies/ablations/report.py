@@ -135,8 +135,9 @@ def claims_rows() -> pd.DataFrame:
     never recomputed here."""
     ledger = ledger_rows()
     rows = ledger[ledger.index.str.startswith("ablation/")]
-    return pd.DataFrame({  # the ids and reasons are LEDGER.md's, a click away
-        "claim": rows["claim"], "A - B": [ledger_interval(r) for _, r in rows.iterrows()],
+    return pd.DataFrame({  # the ids, cells and reasons are LEDGER.md's, a click away
+        "claim": rows["claim"].str.replace(r", A `.*$", "", regex=True),
+        "A - B": [ledger_interval(r) for _, r in rows.iterrows()],
         "verdict": rows["verdict"],
     }).reset_index(drop=True)  # fmt: skip
 
