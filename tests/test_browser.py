@@ -280,27 +280,33 @@ def test_voila_culls_the_kernels_of_closed_pages(browser, tmp_path):
     """Twenty views of a dashboard, each page closed: a minute after the last one, the
     app's culling (dashboard.CULL, the settings `make dashboard` uses) has shut down all
     but at most two kernels. Voila starts one kernel per view, and its own shutdown request
-    on leaving a page is refused (see VOILA_BENIGN)."""
+    on leaving a page is refused (see VOILA_BENIGN).
+
+    The views are counted by the kernels they started, each seen while its page is live
+    (its widgets drawn), not by how many ran at once: on a busy machine a closed view's
+    kernel may be culled before the next view's starts, and that is the culling working."""
     from structattn_lite.dashboard import CULL_IDLE_S
 
     name = "3_length_generalization.ipynb"
     clock = bs.Clock()
     with bs.voila_process(bs.REPO / "dashboards", tmp_path) as (proc, base, token):
-        peak = 0
-        for _ in range(PAGE_VIEWS):
+        started: set[int] = set()  # kernel process ids, each seen while its view was live
+        for view in range(PAGE_VIEWS):
             page, _, _ = _page(browser, VOILA_BENIGN)
             page.goto(f"{base}/voila/render/{name}?token={token}", timeout=120_000)
             page.wait_for_selector(".widget-dropdown select", timeout=120_000)
+            live = {k.pid for k in bs.kernels(proc)}
+            assert live - started, f"view {view + 1} drew its widgets with no kernel of its own"
+            started |= live
             page.close()
-            peak = max(peak, len(bs.kernels(proc)))
         clock.lap(f"{PAGE_VIEWS} views")
         memory = sum(k.memory_info().rss for k in bs.kernels(proc)) / 2**30
-        assert peak > KERNELS_LEFT, f"only {peak} kernels ever ran: the views did not count"
+        assert len(started) >= PAGE_VIEWS, f"{len(started)} kernels for {PAGE_VIEWS} views"
         bs.wait_for(lambda: len(bs.kernels(proc)) <= KERNELS_LEFT, 60, interval=2)
         left = bs.kernels(proc)
         clock.lap("a minute later")
         print(
-            f"kernels: {peak} at most while viewing ({memory:.2f} GiB after the last view), "
+            f"kernels: {len(started)} started by the views ({memory:.2f} GiB after the last), "
             f"{len(left)} a minute later (cull idle {CULL_IDLE_S} s); {clock}"
         )
         assert len(left) <= KERNELS_LEFT, (
