@@ -17,7 +17,7 @@ from structattn_lite.config import check_profile
 from structattn_lite.records import CorruptRecordWarning, RunStore, config_hash
 from structattn_lite.runs import sweep
 from structattn_lite.studies.grokking import experiment as grokking
-from structattn_lite.training.metrics import f1_score, grokking_gap
+from structattn_lite.training.metrics import f1_score
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,11 +90,19 @@ def test_bad_grid_and_executor_are_rejected_before_anything_is_written(tmp_path)
 
 
 def test_grokking_gap_and_f1():
-    assert grokking_gap([0.5, 0.92, 0.97, 1.0, 1.0]) == 2
-    assert grokking_gap([0.5, 1.0]) == 0
-    assert grokking_gap([0.5, 0.95]) is None
-    assert grokking_gap([]) is None
-    import torch
+    """The gap counts epochs by the history's epoch column (one definition, the report's),
+    so a history that starts later or skips an epoch still counts epochs, not rows."""
+    from structattn_lite.studies.grokking.report import GAP_METRIC, grokking_gap
+
+    def history(acc, epochs=None):
+        return pd.DataFrame({"epoch": epochs or list(range(1, len(acc) + 1)), GAP_METRIC: acc})
+
+    assert grokking_gap(history([0.5, 0.92, 0.97, 1.0, 1.0])) == 2
+    assert grokking_gap(history([0.5, 0.92, 0.97, 1.0]), high=0.99) == 2
+    assert grokking_gap(history([0.5, 1.0])) == 0
+    assert grokking_gap(history([0.5, 0.95])) is None
+    assert grokking_gap(history([])) is None
+    assert grokking_gap(history([0.92, 0.97, 1.0], epochs=[10, 20, 30])) == 20
 
     pred, target = torch.tensor([1, 1, 0, 0]), torch.tensor([1, 0, 1, 0])
     assert f1_score(pred, target) == pytest.approx(0.5)

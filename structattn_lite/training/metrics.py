@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 IGNORE = -100  # the label of a padding position (cross-entropy's ignore_index)
@@ -33,18 +31,6 @@ def f1_score(pred: torch.Tensor, target: torch.Tensor) -> float:
         fn = ((pred != c) & (target == c)).sum().item()
         scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
     return sum(scores) / len(scores)
-
-
-def grokking_gap(test_accuracy: Sequence[float], low: float = 0.9, high: float = 1.0) -> int | None:
-    """Epochs from first reaching ``low`` to first reaching ``high`` test accuracy.
-
-    Epochs count from 1 (row i is epoch i + 1); None when either level is never reached.
-    """
-    first_low = next((i for i, a in enumerate(test_accuracy) if a >= low), None)
-    first_high = next((i for i, a in enumerate(test_accuracy) if a >= high), None)
-    if first_low is None or first_high is None:
-        return None
-    return first_high - first_low
 
 
 @torch.no_grad()

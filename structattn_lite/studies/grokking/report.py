@@ -27,7 +27,6 @@ from structattn_lite.report import (
     model_style,
 )
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, PAPER_SEEDS
-from structattn_lite.training.metrics import grokking_gap
 
 # The gap and the jump are read on whole-string test accuracy for every preset (the
 # paper's metric), so a per-prefix run is not scored on an easier number than a
@@ -45,16 +44,15 @@ def seed_gaps(history: pd.DataFrame, task: str) -> dict:
     whether it sat at chance before the jump, and its spike's offset from the jump."""
     acc = history[GAP_METRIC].tolist()
     epochs = history["epoch"].tolist()
-    first = {level: jump_epoch(history, level) for level in (0.9, 0.99, 1.0)}
-    jump = first[0.9]
+    jump = jump_epoch(history)
     before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
     plateau = sum(a < names.chance(task) + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
     spike = int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
     return {
         "jump": jump,
         "last": epochs[-1],
-        "gap_99": None if jump is None or first[0.99] is None else first[0.99] - jump,
-        "gap_100": None if jump is None or first[1.0] is None else first[1.0] - jump,
+        "gap_99": grokking_gap(history, 0.99),
+        "gap_100": grokking_gap(history),
         "plateau": plateau,
         "spike_offset": None if jump is None else spike - jump,
     }
@@ -104,7 +102,7 @@ def summarize(records: list[RunRecord], metric: str = GAP_METRIC) -> pd.DataFram
                 "final_test_acc": h["test_acc"].iloc[-1] if len(h) else float("nan"),
                 "final_test_seq_acc": scored[-1] if scored else float("nan"),
                 "final_test_f1": h["test_f1"].iloc[-1] if len(h) else float("nan"),
-                "grokking_gap": grokking_gap(scored),
+                "grokking_gap": grokking_gap(h, metric=metric) if len(h) else None,
                 "jump_epoch": jump,
                 "spike_epoch": spike,
                 "spike_minus_jump": spike - jump if None not in (spike, jump) else None,
@@ -118,6 +116,13 @@ def jump_epoch(history, level: float = 0.9, metric: str = GAP_METRIC) -> int | N
     """First epoch whose ``metric`` reaches ``level`` (the grokking jump)."""
     hit = history.index[history[metric] >= level]
     return int(history.loc[hit[0], "epoch"]) if len(hit) else None
+
+
+def grokking_gap(history, high: float = 1.0, metric: str = GAP_METRIC) -> int | None:
+    """The grokking gap, the study's one definition: epochs from the jump (the first
+    epoch at 90%) to the first epoch at ``high``; None when either is never reached."""
+    jump, first = jump_epoch(history, metric=metric), jump_epoch(history, high, metric)
+    return None if jump is None or first is None else first - jump
 
 
 # The levels the jump and the gap are read at: the jump is the first epoch at 90%, the
