@@ -16,10 +16,23 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 from structattn_lite import __version__, files, schemas
 from structattn_lite.config import runs_dir
+
+
+def torch_version() -> str:
+    """The installed torch's version, read from its package metadata: reading records
+    (the ledger, the findings) needs no torch import."""
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    if "torch" in sys.modules:  # the exact build string (e.g. "+cu130") when torch is in
+        return sys.modules["torch"].__version__
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -52,7 +65,7 @@ class RunRecord:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # per-step norms, evals
     version: str = __version__
     device: str = "cpu"  # where it trained (not part of the config hash)
-    torch_version: str = torch.__version__
+    torch_version: str = dataclasses.field(default_factory=lambda: torch_version())
 
     @property
     def seed(self) -> int | None:
