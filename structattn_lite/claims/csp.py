@@ -252,6 +252,7 @@ def grokking() -> list[dict]:
 
 # --- the CSP paper's other claims about its curves (section 3.2, Fig. 3, section 4.2.1) ----
 PAPER_PLATEAU = {"mod3": 80.0, "dyck1": 120.0}  # Fig. 3: epochs at chance, "about"
+PAPER_SPIKE_EPOCH = ("mod3", 85.0)  # Fig. 4 / section 4.2.2: "around epoch 85", on mod-3
 
 
 def _curves_per_seed(preset: str = "paper") -> pd.DataFrame:
@@ -267,9 +268,10 @@ def _curves_per_seed(preset: str = "paper") -> pd.DataFrame:
         at_chance = int(
             ((h[GAP_METRIC] < names.chance(task) + PLATEAU_ABOVE_CHANCE) & before).sum()
         )
+        spike = int(h.loc[h["grad_norm_max"].idxmax(), "epoch"])  # the largest gradient norm
         rows.append({"task": task, "seed": r.seed, "jump": gaps["jump"], "at_chance": at_chance,
-                     "gap_100": gaps["gap_100"]})  # fmt: skip
-    return pd.DataFrame(rows, columns=["task", "seed", "jump", "at_chance", "gap_100"])
+                     "gap_100": gaps["gap_100"], "spike": spike})  # fmt: skip
+    return pd.DataFrame(rows, columns=["task", "seed", "jump", "at_chance", "gap_100", "spike"])
 
 
 def curves() -> list[dict]:
@@ -302,6 +304,13 @@ def curves() -> list[dict]:
             claim=f"{display_name(task)} sits at chance for about {paper:.0f} epochs before it learns, "
                   f"{display_name('paper')}", source="CSP paper, Fig. 3",
             notebook="03, grokking gap", **fields))  # fmt: skip
+    task, paper = PAPER_SPIKE_EPOCH
+    rows.append(published_row(
+        pd.Series(of(task, "spike"), dtype=float), 0, paper, bounds=stats.EPOCHS,
+        id=f"csp/grad_profile/{task}",
+        claim=f"on {display_name(task)} the gradient norm spikes around epoch {paper:.0f}, after "
+              f"a flat phase, {display_name('paper')}", source="CSP paper, section 4.2.2 and Fig. 4",
+        notebook="03, grokking gap", **fields))  # fmt: skip
     rows.append(longer("csp/gap_order", "mod3", "parity", "gap_100",
                        "the grokking gap grows with difficulty: mod-3's is longer than parity's",
                        "CSP paper, section 4.2.1"))  # fmt: skip
