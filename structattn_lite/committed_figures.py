@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from structattn_lite import files
 from structattn_lite.config import COMMITTED
 from structattn_lite.findings import FIGURES as FINDINGS
-from structattn_lite.names import display_name
+from structattn_lite.names import PAPER_TASKS, display_name
 from structattn_lite.report import in_words, save_figure, save_table, use_style
 from structattn_lite.studies.ablations import experiment as ab
 from structattn_lite.studies.ablations import report as ct
@@ -121,7 +121,7 @@ FIGURES: dict[str, Callable[[], Figure | Table]] = {
     # 03: grokking (data/results/csp_grokking_gap, csp_paper_era_parity)
     **{f"03_csp_grokking_{task}_gap": partial(
         _grokking, task, "gap", f"{display_name(task)}, paper sizes (grid 'gap')")
-       for task in ("parity", "mod3", "dyck1")},
+       for task in PAPER_TASKS},
     "03_csp_grokking_parity_paper_era": partial(  # the panel names the model
         _grokking, "parity", "paper_era", f"{display_name('parity')}, the paper text's protocol"),
     # 04: ablations (data/results/csp_ablations_paper_*)

@@ -329,3 +329,14 @@ def test_grazzi_rates_are_chosen_on_validation_alone():
     frame.loc[frame["lr"] == 1e-2, ["final_val_acc", "status"]] = (0.9, "ok")
     chosen = results.chosen_rates(frame)
     assert chosen.loc[chosen["chosen"], "lr"].tolist() == [3e-3]  # a tie: the lower rate
+
+
+def test_the_length_reports_order_tasks_and_never_drop_one():
+    """The paper's tasks come first in its order; a task the study adds is kept after them
+    (the figure's panels and the reach table used to drop any task not on a fixed list)."""
+    import pandas as pd
+
+    from structattn_lite.studies.length.report import _in_order
+
+    assert _in_order(pd.Series(["dyck1", "parity", "dyck1"])) == ["parity", "dyck1"]
+    assert _in_order(pd.Series(["modk", "mod3", "parity"])) == ["parity", "mod3", "modk"]

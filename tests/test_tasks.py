@@ -133,3 +133,18 @@ def test_paper_sizes_match_the_paper():
     dyck = paper("dyck1")
     y = torch.cat([dyck.y_train, dyck.y_val, dyck.y_test])
     assert y[:, -1].float().mean().item() == pytest.approx(0.5)
+
+
+def test_a_tasks_length_step_is_its_classs_and_the_length_study_reads_it():
+    """Which lengths a task's strings may have is the task's own (its class), not a test
+    of its name: the length study's training and scoring lengths follow it."""
+    from structattn_lite.data.tasks import TASKS, make_task, task_class
+    from structattn_lite.studies.length.experiment import eval_lengths
+
+    assert {t: task_class(t).length_step for t in TASKS} == {
+        "parity": 1, "mod3": 1, "modk": 1, "dyck1": 2, "mod3_authors": 1, "dyck1_authors": 2}  # fmt: skip
+    assert all(isinstance(make_task(t), task_class(t)) for t in ("parity", "mod3", "dyck1"))
+    assert eval_lengths("mod3", 5) == [1, 2, 3, 4, 5]
+    assert eval_lengths("dyck1", 48) == [*range(2, 34, 2), 40, 48]
+    with pytest.raises(ValueError, match="task='nope'"):
+        task_class("nope")

@@ -7,9 +7,10 @@ import pandas as pd
 
 from structattn_lite.data.splits import make_dataset
 from structattn_lite.data.tasks import PAPER_N
+from structattn_lite.names import PAPER_TASKS
 
 
-def leakage_table(tasks=("parity", "mod3", "dyck1"), sizes=None, length: int = 16, seeds=(0, 1, 2)):
+def leakage_table(tasks=PAPER_TASKS, sizes=None, length: int = 16, seeds=(0, 1, 2)):
     """Share of test strings (and prefixes) also in training: random split vs disjoint."""
     sizes = sizes or {
         "paper sizes": PAPER_N,

@@ -75,6 +75,7 @@ class Task:
     n_classes = 2
     vocab_size = 2  # tokens 0 and 1
     pad = None  # the padding token, for tasks whose strings vary in length
+    length_step = 1  # the lengths a string may have are multiples of this
 
     def population(self, length: int) -> int:
         """How many distinct strings of this length the task samples from."""
@@ -182,6 +183,8 @@ class Dyck1(Task):
     ``label="balanced"`` labels each prefix "balanced so far" (its last position is the
     sequence label); ``"valid_prefix"`` is the authors' one-counter "never below zero".
     """
+
+    length_step = 2  # a balanced string has even length
 
     name = "dyck1"
 
@@ -303,6 +306,8 @@ class AuthorsDyck1(Task):
     string is invalid (the authors' generator returns 2 * (n // 2) strings).
     """
 
+    length_step = 2  # a balanced string has even length
+
     name = "dyck1_authors"
     vocab_size = 3
     pad = 2
@@ -406,6 +411,16 @@ def make_task(task: str, **options) -> Task:
                 f"task option={name!r} is not allowed for task {task!r}; "
                 + (f"choose one of {allowed}" if allowed else "it takes no options")
             )
-    constructors = {"parity": Parity, "mod3": functools.partial(ModK, k=3), "modk": ModK,
-                    "dyck1": Dyck1, "mod3_authors": Mod3Authors, "dyck1_authors": AuthorsDyck1}  # fmt: skip
-    return constructors[task](**options)
+    return _CONSTRUCTORS[task](**options)
+
+
+_CONSTRUCTORS = {"parity": Parity, "mod3": functools.partial(ModK, k=3), "modk": ModK,
+                 "dyck1": Dyck1, "mod3_authors": Mod3Authors, "dyck1_authors": AuthorsDyck1}  # fmt: skip
+
+
+def task_class(task: str) -> type[Task]:
+    """The class behind a task's name: what every task of it shares (``length_step``,
+    ``n_classes``), read without building one."""
+    check_choice("task", task, TASKS)
+    found = _CONSTRUCTORS[task]
+    return found.func if isinstance(found, functools.partial) else found

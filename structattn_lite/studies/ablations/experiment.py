@@ -23,6 +23,7 @@ import pandas as pd
 
 from structattn_lite import files
 from structattn_lite.config import check_choice, results_dir
+from structattn_lite.names import PAPER_TASKS
 from structattn_lite.records import RunRecord, keep_committed_rows
 from structattn_lite.training.state_tracking import (
     EXPERIMENT,
@@ -37,7 +38,7 @@ Config = CSPRun
 __all__ = ["EXPERIMENT", "GRIDS", "Config", "setup", "record", "eval_chunk", "export", "grid",
            "records_frame"]  # fmt: skip
 
-TASKS = ("parity", "mod3", "dyck1")
+TASKS = PAPER_TASKS  # the tables' columns
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {"silu": "none", "skip": False, "norm": "none"},

@@ -11,6 +11,7 @@ from typing import Any
 
 from structattn_lite import config
 from structattn_lite.config import results_dir
+from structattn_lite.names import PAPER_TASKS
 from structattn_lite.records import RunRecord, config_hash, export_histories, load_histories
 from structattn_lite.training.protocols import protocol_run
 from structattn_lite.training.state_tracking import (
@@ -47,14 +48,14 @@ GRIDS: dict[str, dict[str, Any]] = {
         "presets": ("paper", "upstream"),
     },
     "quick": {
-        "tasks": ("parity", "mod3", "dyck1"),
+        "tasks": PAPER_TASKS,
         "seeds": (0, 1),
         "epochs": 25,
         "n": 1000,
         "presets": ("paper", "upstream"),
     },
     "paper": {
-        "tasks": ("parity", "mod3", "dyck1"),
+        "tasks": PAPER_TASKS,
         "seeds": tuple(range(10)),
         "epochs": 300,
         "n": None,
@@ -77,7 +78,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # *validation* has held 100% for 10 epochs; the gap is read on whole-string test
     # accuracy for both.
     "gap": {
-        "tasks": ("parity", "mod3", "dyck1"),
+        "tasks": PAPER_TASKS,
         "seeds": tuple(range(10)),
         "epochs": 300,
         "n": None,

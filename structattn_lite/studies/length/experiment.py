@@ -38,7 +38,7 @@ from structattn_lite.config import (
     check_seed,
 )
 from structattn_lite.data.splits import check_dataset, check_size, make_dataset
-from structattn_lite.data.tasks import TASKS, make_task
+from structattn_lite.data.tasks import TASKS, make_task, task_class
 from structattn_lite.models import build_model, count_parameters
 from structattn_lite.records import RunRecord
 from structattn_lite.studies.length import results
@@ -134,15 +134,18 @@ def build_length_model(cfg: LengthRun, n_classes: int, vocab_size: int = 2):
 
 def train_lengths(cfg: LengthRun) -> list[int]:
     """Lengths a variable-protocol batch may take (Dyck-1 needs even lengths)."""
-    step = 2 if cfg.task.startswith("dyck1") else 1
+    step = task_class(cfg.task).length_step
     return list(range(step, cfg.train_length + 1, step))
 
 
 def eval_lengths(task: str, max_length: int) -> list[int]:
-    if not task.startswith("dyck1"):
+    """Every length up to ``max_length``; a task whose strings come in steps of more than
+    one (Dyck-1: even lengths) is scored every step to 32, then every 8 (its strings are
+    costlier to score)."""
+    step = task_class(task).length_step
+    if step == 1:
         return list(range(1, max_length + 1))
-    short = list(range(2, 34, 2))
-    return short + list(range(40, max_length + 1, 8))
+    return list(range(step, 34, step)) + list(range(40, max_length + 1, 8))
 
 
 @torch.no_grad()

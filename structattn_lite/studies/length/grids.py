@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from structattn_lite.names import PAPER_TASKS
 from structattn_lite.training.trainer import OptimConfig
 
 PROTOCOLS = ("fixed", "variable", "grazzi")
@@ -59,7 +60,7 @@ GRIDS = {
     # trained again on every seed for 600 epochs, the cosine over those 600.
     # Its curves ship in data/results/length_generalization.csv.gz (each cell's last pass).
     "committed": {
-        "tasks": ("parity", "mod3", "dyck1"),
+        "tasks": PAPER_TASKS,
         "models": tuple(m for m in LENGTH_MODELS if m != "csp_authors_7d6c56a"),
         "protocols": ("fixed",),
         "seeds": tuple(range(5)),
@@ -106,7 +107,7 @@ GRIDS = {
         },
     },
     "paper": {
-        "tasks": ("parity", "mod3", "dyck1"),
+        "tasks": PAPER_TASKS,
         "models": tuple(LENGTH_MODELS),
         "protocols": ("fixed", "variable"),
         "seeds": tuple(range(5)),

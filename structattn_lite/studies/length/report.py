@@ -15,7 +15,7 @@ from matplotlib.lines import Line2D
 
 from structattn_lite import stats
 from structattn_lite.config import missing_committed, results_dir
-from structattn_lite.names import display_name
+from structattn_lite.names import PAPER_TASKS, display_name
 from structattn_lite.report import browser, count_range, figure_size, model_handles, model_style
 from structattn_lite.studies.length.experiment import TABLE_LENGTHS
 from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS
@@ -173,11 +173,18 @@ def length_caption(curves: pd.DataFrame) -> str:
     )
 
 
+def _in_order(tasks: pd.Series) -> list[str]:
+    """The tasks present, the paper's first in its order, then any other in the order met:
+    a task the study adds is drawn and tabled, never dropped."""
+    present = list(dict.fromkeys(tasks))
+    return [t for t in PAPER_TASKS if t in present] + [t for t in present if t not in PAPER_TASKS]
+
+
 def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
     """Accuracy vs evaluation length: one panel per (protocol, task), one line per model
     in its ``report.MODEL_STYLE`` colour, dash and marker (so lines that coincide stay
     visible), with a band of ± 1 sd over seeds; the legend sits below the panels."""
-    tasks = [t for t in ("parity", "mod3", "dyck1") if t in set(curves["task"])]
+    tasks = _in_order(curves["task"])
     protocols = [p for p in ("fixed", "variable") if p in set(curves["protocol"])]
     models = models or list(dict.fromkeys(curves["model"]))
     fig, axes = plt.subplots(
@@ -301,7 +308,7 @@ def reach_table(curves: pd.DataFrame) -> pd.DataFrame:
                      "holds to L": r["holds"], "longest L": r["longest"],
                      "at longest": r["at_longest"]})  # fmt: skip
     table = pd.DataFrame(rows).astype({"holds to L": "Int64"})
-    order = {t: i for i, t in enumerate(("parity", "mod3", "dyck1"))}
+    order = {t: i for i, t in enumerate(_in_order(table["task"]))}
     table = table.sort_values(
         ["protocol", "task"], key=lambda c: c.map(order) if c.name == "task" else c, kind="stable"
     )
