@@ -144,6 +144,9 @@ def test_a_tasks_length_step_is_its_classs_and_the_length_study_reads_it():
     assert {t: task_class(t).length_step for t in TASKS} == {
         "parity": 1, "mod3": 1, "modk": 1, "dyck1": 2, "mod3_authors": 1, "dyck1_authors": 2}  # fmt: skip
     assert all(isinstance(make_task(t), task_class(t)) for t in ("parity", "mod3", "dyck1"))
+    # one long draw scores every length only where a prefix is a sample of its length
+    assert [t for t in TASKS if not task_class(t).prefixes_are_samples] == [
+        "dyck1", "dyck1_authors"]  # fmt: skip
     assert eval_lengths("mod3", 5) == [1, 2, 3, 4, 5]
     assert eval_lengths("dyck1", 48) == [*range(2, 34, 2), 40, 48]
     with pytest.raises(ValueError, match="task='nope'"):

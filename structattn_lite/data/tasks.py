@@ -76,6 +76,9 @@ class Task:
     vocab_size = 2  # tokens 0 and 1
     pad = None  # the padding token, for tasks whose strings vary in length
     length_step = 1  # the lengths a string may have are multiples of this
+    # a prefix of a sampled string is a sample of its own length (uniform strings): one
+    # long draw scores every length; a task with its own sampler per length draws each
+    prefixes_are_samples = True
 
     def population(self, length: int) -> int:
         """How many distinct strings of this length the task samples from."""
@@ -185,6 +188,7 @@ class Dyck1(Task):
     """
 
     length_step = 2  # a balanced string has even length
+    prefixes_are_samples = False  # balanced strings are drawn per length
 
     name = "dyck1"
 
@@ -307,6 +311,7 @@ class AuthorsDyck1(Task):
     """
 
     length_step = 2  # a balanced string has even length
+    prefixes_are_samples = False  # balanced strings are drawn per length
 
     name = "dyck1_authors"
     vocab_size = 3

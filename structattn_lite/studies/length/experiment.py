@@ -153,7 +153,7 @@ def length_curve(model, task, cfg: LengthRun) -> pd.DataFrame:
     """seq_acc, unseen_acc and all_acc of ``model`` at every evaluated length."""
     gen = torch.Generator().manual_seed(10_000 + cfg.seed)  # never a training seed
     rows = []
-    if not task.name.startswith("dyck1"):  # a prefix of a random string is a random string
+    if task.prefixes_are_samples:  # one draw at the longest length scores every length
         x = task.sample(cfg.n_eval, cfg.max_eval_length, gen)
         correct = (predict(model, x, batch_size=128) == task.prefix_labels(x)).float()
         per_pos = correct.mean(0)
