@@ -21,7 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from structattn_lite import files, names
+from structattn_lite import files, names, stats
 from structattn_lite.config import COMMITTED, Callback, check_choice, figures_dir, results_dir
 
 # --- figure style: one look for every figure, drawn at the size it is printed ---------
@@ -82,6 +82,17 @@ def model_handles(models) -> list[Line2D]:
     """A legend entry per model: its display name, colour, dash and marker."""
     return [Line2D([], [], lw=1, color=st["color"], ls=st["ls"], marker=st["marker"],
                    label=st["name"]) for st in map(model_style, models)]  # fmt: skip
+
+
+def seed_band(values: pd.Series, by: pd.Series) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """The mean over seeds of ``values`` at each value of ``by`` (an evaluation length, an
+    epoch) and its 95% t band, clipped to [0, 1]: the interval the ledger gives a mean of
+    accuracies (``stats.mean_interval``), drawn the same in every figure. A point with one
+    seed has no band (low = high = the mean)."""
+    rows = {x: stats.mean_interval(v.tolist(), bounds=stats.UNIT) for x, v in values.groupby(by)}
+    frame = pd.DataFrame(rows, index=["mean", "low", "high", "n"]).T
+    low, high = frame["low"].fillna(frame["mean"]), frame["high"].fillna(frame["mean"])
+    return frame["mean"], low, high
 
 
 def count_range(counts: pd.Series) -> str:

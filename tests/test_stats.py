@@ -226,3 +226,20 @@ def test_an_undecided_row_with_an_interval_says_what_would_decide_it():
                       & (table["low"] != table["high"])]  # fmt: skip
     said = undecided["reason"].str.contains("decide")
     assert said.all(), undecided.loc[~said, "id"].tolist()
+
+
+def test_every_seed_band_is_the_ledgers_interval_clipped_to_the_unit_range():
+    """Figures shade one band over seeds, the ledger's 95% t interval of a mean of
+    accuracies (the length figures drew +-1 sd, the authors' figure a t band); a point
+    with one seed has no band, and no band leaves [0, 1]."""
+    import pandas as pd
+
+    from structattn_lite.report import seed_band
+
+    values = pd.Series([0.9, 1.0, 0.95, 0.5, 0.99, 1.0, 1.0])
+    at = pd.Series([16, 16, 16, 32, 64, 64, 64])
+    mean, low, high = seed_band(values, at)
+    m, lo, hi, n = stats.mean_interval([0.9, 1.0, 0.95], bounds=stats.UNIT)
+    assert (mean[16], low[16], high[16]) == (m, lo, hi) and n == 3
+    assert mean[32] == low[32] == high[32] == 0.5  # one seed: no band
+    assert high[64] == 1.0 and low[64] < 1.0 and (low >= 0).all() and (high <= 1).all()

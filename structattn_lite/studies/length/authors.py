@@ -7,12 +7,17 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
-from structattn_lite import stats
 from structattn_lite.names import display_name
-from structattn_lite.report import NO_ROW, figure_size, ledger_interval, ledger_rows, model_style
+from structattn_lite.report import (
+    NO_ROW,
+    figure_size,
+    ledger_interval,
+    ledger_rows,
+    model_style,
+    seed_band,
+)
 from structattn_lite.studies.length.report import AUTHORS
 
 AUTHORS_TASK = {"parity": "parity", "mod3_authors": "mod3", "dyck1_authors": "dyck1"}
@@ -58,11 +63,7 @@ def authors_figure(curves: pd.DataFrame):
     for ax, task in zip(axes[0], tasks, strict=True):
         at = curves[curves["task"] == task]
         style = model_style(at["model"].iloc[0])
-        g = at.groupby("length")["all_acc"]
-        mean = g.mean()
-        sd_n = zip(g.std(), g.count(), strict=True)
-        half = np.nan_to_num([stats.t_half_width(sd, n) for sd, n in sd_n])
-        band = ((mean - half).clip(0, 1), (mean + half).clip(0, 1))  # accuracy stays in [0, 1]
+        mean, *band = seed_band(at["all_acc"], at["length"])
         label = f"ours (mean, 95% band): {style['name']}"
         ax.plot(mean.index, mean.values, color=style["color"], lw=1.2, label=label)
         ax.fill_between(mean.index, *band, color=style["color"], alpha=0.2, lw=0)

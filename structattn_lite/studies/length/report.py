@@ -16,7 +16,14 @@ from matplotlib.lines import Line2D
 from structattn_lite import stats
 from structattn_lite.config import missing_committed, results_dir
 from structattn_lite.names import PAPER_TASKS, display_name
-from structattn_lite.report import browser, count_range, figure_size, model_handles, model_style
+from structattn_lite.report import (
+    browser,
+    count_range,
+    figure_size,
+    model_handles,
+    model_style,
+    seed_band,
+)
 from structattn_lite.studies.length.experiment import TABLE_LENGTHS
 from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS
 from structattn_lite.studies.length.results import COMMITTED_CSV, at_chosen_rates, chosen_rates
@@ -183,7 +190,8 @@ def _in_order(tasks: pd.Series) -> list[str]:
 def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
     """Accuracy vs evaluation length: one panel per (protocol, task), one line per model
     in its ``report.MODEL_STYLE`` colour, dash and marker (so lines that coincide stay
-    visible), with a band of ± 1 sd over seeds; the legend sits below the panels."""
+    visible), with its 95% band over seeds (``report.seed_band``); the legend sits below the
+    panels."""
     tasks = _in_order(curves["task"])
     protocols = [p for p in ("fixed", "variable") if p in set(curves["protocol"])]
     models = models or list(dict.fromkeys(curves["model"]))
@@ -200,13 +208,12 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
             ax = axes[i][j]
             sub = curves[(curves["task"] == task) & (curves["protocol"] == proto)]
             for model in models:
-                g = sub[sub["model"] == model].groupby("length")[metric]
-                m, s = g.mean(), g.std().fillna(0)
-                if len(m):
+                runs = sub[sub["model"] == model]
+                if len(runs):
+                    m, *band = seed_band(runs[metric], runs["length"])
                     style = model_style(model)
                     ax.plot(m.index, m.values, lw=1, markevery=0.12, color=style["color"],
                             ls=style["ls"], marker=style["marker"])  # fmt: skip
-                    band = ((m - s).clip(0, 1), (m + s).clip(0, 1))  # accuracy stays in [0, 1]
                     ax.fill_between(m.index, *band, color=style["color"], alpha=0.12, lw=0)
             ax.axvline(16 if proto == "fixed" else 40, color="grey", ls=":", lw=1)
             ax.set_xscale("log", base=2)
