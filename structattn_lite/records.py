@@ -35,6 +35,24 @@ def torch_version() -> str:
         return "unknown"
 
 
+def stack_words(extra: dict[str, Any]) -> str | None:
+    """What a record says about the stack it trained in, for an exported table: "seeds
+    10-21" (the seeds of the stack, when the record holds them), "12 seeds" (only their
+    number, as records before the seed list was kept), or None (not stacked, or unknown)."""
+    seeds = extra.get("stack")
+    if seeds:
+        seeds = sorted(seeds)
+        contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
+        listed = (
+            f"{seeds[0]}-{seeds[-1]}"
+            if contiguous and len(seeds) > 1
+            else " ".join(map(str, seeds))
+        )
+        return f"seeds {listed}"
+    size = extra.get("seed_batched")
+    return f"{size} seed{'s' if size != 1 else ''}" if size else None
+
+
 def config_dict(config: Any) -> dict[str, Any]:
     """A plain, JSON-able dict of a (frozen dataclass) config."""
     plain = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)

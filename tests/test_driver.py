@@ -65,7 +65,8 @@ def test_each_seed_of_a_stacked_length_run_equals_its_reference_run(n_seeds):
         pd.testing.assert_frame_equal(
             pd.DataFrame(a.extra["curve"]), pd.DataFrame(b.extra["curve"]), atol=1e-5, rtol=0
         )
-        assert set(a.extra) == set(b.extra) - {"seed_batched"}
+        assert set(a.extra) == set(b.extra) - {"seed_batched", "stack"}
+        assert b.extra["stack"] == list(range(n_seeds))  # the seeds it trained beside
     if n_seeds > 1:
         assert not alone[0].history.equals(alone[1].history)  # three seeds, three runs
 
@@ -92,3 +93,20 @@ def test_seeds_that_draw_fresh_strings_train_stacked_as_their_reference_runs(n_s
         assert a.extra["steps"] == b.extra["steps"] == 6
     with pytest.raises(ValueError, match="differ only in their seed"):
         train("length", [tiny_length_run(0), tiny_length_run(1, epochs=2)])
+
+
+def test_an_exported_run_says_which_stack_it_trained_in():
+    """A seed's float32 numbers can depend on the seeds beside it, so the record keeps its
+    stack and the exported tables say it: the seeds when the record holds them, their
+    number for records made before the list was kept, nothing for a run never stacked."""
+    from structattn_lite.records import stack_words
+    from structattn_lite.studies.length.results import curves_frame
+
+    assert stack_words({"stack": [12, 10, 11], "seed_batched": 3}) == "seeds 10-12"
+    assert stack_words({"stack": [0, 2]}) == "seeds 0 2"
+    assert stack_words({"stack": [4], "seed_batched": 1}) == "seeds 4"
+    assert stack_words({"seed_batched": 12}) == "12 seeds"
+    assert stack_words({}) is None
+    records = train("length", [tiny_length_run(s, epochs=1) for s in (3, 4)])
+    frame = curves_frame(records)
+    assert set(frame["stack"]) == {"seeds 3-4"}

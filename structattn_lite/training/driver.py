@@ -71,7 +71,9 @@ class Setup:
 
 # record(setup, result, seconds, trained_model, **extra) -> RunRecord; ``trained_model()``
 # gives the seed's trained model (unstacked, for a stacked run) and ``extra`` is
-# {"seed_batched": S} for a stacked run of S seeds (S = 1 included).
+# {"seed_batched": S, "stack": [its S seeds]} for a stacked run (S = 1 included): a seed's
+# float32 numbers can depend on the seeds it trained beside (the elementwise kernels treat
+# a tensor's last elements apart), so the record says which they were.
 Record = Callable[..., RunRecord]
 
 
@@ -221,6 +223,13 @@ def _train(
     if not stacked:
         return [record(first, results, seconds, lambda: model)]
     return [
-        record(s, r, seconds, lambda i=i: unstack_model(model, i), seed_batched=n_seeds)
+        record(
+            s,
+            r,
+            seconds,
+            lambda i=i: unstack_model(model, i),
+            seed_batched=n_seeds,
+            stack=[x.cfg.seed for x in setups],
+        )  # fmt: skip
         for i, (s, r) in enumerate(zip(setups, results, strict=True))
     ]

@@ -24,7 +24,7 @@ import pandas as pd
 from structattn_lite import files
 from structattn_lite.config import check_choice, results_dir
 from structattn_lite.names import PAPER_TASKS
-from structattn_lite.records import RunRecord, keep_committed_rows
+from structattn_lite.records import RunRecord, keep_committed_rows, stack_words
 from structattn_lite.training.state_tracking import (
     EXPERIMENT,
     CSPRun,
@@ -259,6 +259,7 @@ def records_frame(records: list[RunRecord], grid: str) -> pd.DataFrame:
                 ),
                 "test_in_train": rec.extra.get("data", {}).get("test_in_train"),
                 "seconds": round(rec.extra.get("seconds", NAN), 1),
+                "stack": stack_words(rec.extra),  # what its float32 numbers depend on
             }
         )
     return pd.DataFrame(rows)

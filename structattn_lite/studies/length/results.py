@@ -11,7 +11,7 @@ import pandas as pd
 
 from structattn_lite import files
 from structattn_lite.config import check_choice, results_dir
-from structattn_lite.records import RunRecord, keep_committed_rows
+from structattn_lite.records import RunRecord, keep_committed_rows, stack_words
 
 
 def cell(config) -> tuple[str, str, str]:
@@ -62,6 +62,7 @@ def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
         curve["device"] = r.device
         curve["steps"] = r.extra["steps"]
         curve["n_parameters"] = r.extra["n_parameters"]
+        curve["stack"] = stack_words(r.extra)  # what its float32 numbers depend on
         h = r.history
         curve["final_test_acc"] = h["test_acc"].iloc[-1] if len(h) else float("nan")
         curve["final_val_seq_acc"] = (
