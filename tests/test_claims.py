@@ -1,6 +1,9 @@
 """The claims ledger's gap rule on histories made by hand."""
 
+import math
+
 import pandas as pd
+import pytest
 
 from structattn_lite import claims, stats
 
@@ -151,3 +154,28 @@ def test_a_run_in_both_grokking_grids_counts_once(monkeypatch):
         expected.setdefault((r.config["task"], r.config["preset"]), set()).add(r.key)
     for (task, preset), keys in expected.items():
         assert rows[f"gap/{preset}/{task}"]["seeds"] == len(keys)
+
+
+def test_an_undecided_rows_seed_count_comes_with_its_cost(monkeypatch):
+    """'About N seeds would decide it' is priced at the committed runs' pace: the seeds
+    still to run (N less those in, on every arm) times the grid's median CPU seconds per
+    seed; a grid whose files keep no timing gets the seed count alone."""
+    import re
+
+    from structattn_lite.claims import rows
+    from structattn_lite.claims.rules import rule
+
+    fields = dict(ours=86.0, low=33.0, high=139.0, seeds=10, published=85.0, grid="gap")
+    real = rows.seed_seconds
+    monkeypatch.setattr(rows, "seed_seconds", lambda grid: 360.0 if grid == "gap" else math.nan)
+    one = rows._to_decide(rule("csp/grad_profile/mod3"), fields)
+    need = int(re.search(r"about (\d+) seeds", one).group(1))
+    hours = float(re.search(r"about ([\d.]+) CPU-hours", one).group(1))
+    assert need > 10 and hours == pytest.approx((need - 10) * 360 / 3600, abs=0.05)
+    two = rows._to_decide(rule("csp/grad_profile/mod3"), fields, arms=2)
+    assert float(re.search(r"about ([\d.]+) CPU-hours", two).group(1)) == pytest.approx(
+        2 * hours, abs=0.1
+    )
+    unpriced = rows._to_decide(rule("csp/grad_profile/mod3"), {**fields, "grid": "authors"})
+    assert "would decide it" in unpriced and "CPU-hours" not in unpriced
+    assert real("gap") > 0 and math.isnan(real("authors"))  # the gap runs keep their time

@@ -3,6 +3,8 @@ the two ways a row is made (the tasks' names and metrics are ``names.py``'s)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 
@@ -42,9 +44,9 @@ def row(values=(), *, fresh_read: bool = False, **fields) -> dict:
         study, grid, seeds = rule.fresh
         fields["reason"] = (f"{fields.get('reason', '')}; exploratory until the fresh seeds "
                             f"{seeds[0]}-{seeds[-1]} ({study} grid {grid}) are all in")  # fmt: skip
-    if fields.get("verdict") == stats.UNDECIDED:
-        fields["reason"] = fields.get("reason", "") + _to_decide(rule, fields)
     values = values if isinstance(values, dict) else {"ours": list(values)}
+    if fields.get("verdict") == stats.UNDECIDED:
+        fields["reason"] = fields.get("reason", "") + _to_decide(rule, fields, arms=len(values))
     return {**{column: fields.get(column, math.nan) for column in COLUMNS}, "values": values}
 
 
@@ -57,8 +59,38 @@ _EDGES = {
 }  # fmt: skip
 
 
-def _to_decide(rule, fields: dict) -> str:
-    """What more seeds would do for an undecided row whose interval straddles an edge."""
+# The committed runs' CPU time per seed, by the grid a row names: what "N more seeds"
+# costs. A grid whose files keep no timing (the length grids) has none.
+_TIMED = {
+    "committed (attention)": ("attention_runs.csv", "cpu_seconds"),
+    "long (attention)": ("attention_long_runs.csv", "cpu_seconds"),
+    "lowparam (attention)": ("attention_lowparam_runs.csv", "cpu_seconds"),
+    "paper_text": ("csp_ablations_paper_text.csv", "seconds"),
+    "gap": ("csp_grokking_gap.csv.gz", "extra"),
+}  # fmt: skip
+
+
+@functools.cache
+def seed_seconds(grid: str) -> float:
+    """The median CPU seconds one seed of ``grid``'s committed runs took (a stacked run's
+    share of its stack), or NaN where the grid's files keep no timing."""
+    if grid not in _TIMED:
+        return math.nan
+    name, column = _TIMED[grid]
+    frame = read(name)
+    if frame is None or column not in frame:
+        return math.nan
+    if column == "extra":  # one row per epoch: each run's record extra, once
+        runs = frame.drop_duplicates("key")["extra"]
+        seconds = pd.Series([json.loads(e).get("seconds", math.nan) for e in runs], dtype=float)
+    else:
+        seconds = frame[column].astype(float)
+    return float(seconds.median())
+
+
+def _to_decide(rule, fields: dict, arms: int = 1) -> str:
+    """What more seeds would do for an undecided row whose interval straddles an edge, and
+    what they would cost at the committed runs' pace (``seed_seconds``), where known."""
     edges = _EDGES.get(rule.claimed)
     numbers = [fields.get(k, math.nan) for k in ("ours", "low", "high")]
     n = fields.get("seeds", 0)
@@ -71,7 +103,12 @@ def _to_decide(rule, fields: dict) -> str:
         return ""
     if math.isinf(need) or need > 1000:
         return "; no seed count would decide it at this spread"
-    return f"; about {need:.0f} seeds (per arm, where two are compared) would decide it if the spread holds"
+    cost = max(need - n, 0) * arms * seed_seconds(str(fields.get("grid"))) / 3600
+    priced = (
+        "" if math.isnan(cost) else f", about {cost:.1f} CPU-hours more at the committed runs' pace"
+    )
+    return (f"; about {need:.0f} seeds (per arm, where two are compared) would decide it if the "
+            f"spread holds{priced}")  # fmt: skip
 
 
 def published_row(values: pd.Series, diverged: int, published: float, *,
