@@ -155,9 +155,7 @@ def _check(args) -> None:
         config.check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
     elif args.command == "export":  # the grids an export writes: its COMMITTED_CSV table
-        committed = getattr(get_study(args.study), "COMMITTED_CSV", None)
-        if committed is not None:
-            config.check_choice("--grid", args.grid, list(committed))
+        config.check_choice("--grid", args.grid, list(get_study(args.study).COMMITTED_CSV))
 
 
 @contextlib.contextmanager
@@ -474,9 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--grid",
         required=True,
         type=_nonempty("--grid"),
-        help="the committed grid to export (grokking: gap, "
-        "paper_era; ablations: paper_text, paper_table4; length: committed, authors; "
-        "attention: committed, long, lowparam)",
+        help="the committed grid to export: one with a committed results file (the study's "
+        "COMMITTED_CSV; another is refused with the list)",
     )
     _execution_options(export)
     export.set_defaults(func=_export)

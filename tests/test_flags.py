@@ -163,3 +163,17 @@ def test_length_is_checked_against_every_runs_data_before_the_first_trains(tmp_p
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "length 3" in err and "only 8 exist" in err, err
     assert not runs.exists()  # nothing trained
+
+
+@pytest.mark.parametrize("study", ["grokking", "ablations", "length", "attention"])
+def test_an_export_of_a_grid_with_no_committed_file_is_refused_in_one_line(study, tmp_path, capsys):
+    """Every study names the grids it exports (COMMITTED_CSV); another is refused in one
+    line that lists them, before any run is read (the length study's raised a traceback)."""
+    from structattn_lite import cli
+    from structattn_lite.studies import get_study
+
+    argv = ["export", study, "--grid", "nope", "--only-cached", "--runs-dir"]
+    assert cli.main([*argv, str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--grid='nope'" in err, err
+    assert all(grid in err for grid in get_study(study).COMMITTED_CSV)

@@ -121,7 +121,7 @@ def test_fresh_seeds_were_committed_after_the_rule_that_reads_them():
         from structattn_lite.studies import get_study
 
         module = get_study(study)
-        files = getattr(module, "COMMITTED_CSV", None) or module.results.COMMITTED_CSV
+        files = module.COMMITTED_CSV
         names = files[grid] if isinstance(files[grid], tuple) else (files[grid],)
         for name in names:
             path = f"data/results/{name}"

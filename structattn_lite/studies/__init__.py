@@ -1,7 +1,8 @@
 """The studies, one per numbered notebook, each an ``experiment`` (what is run) and a
 ``report`` (tables, figures and widgets from records). They share the contract that the
 run driver (``structattn_lite.runs``) relies on: ``EXPERIMENT``, a frozen, validated config
-class, ``grid(name)``, ``export(records, grid)``, and how a config trains: either a
+class, ``grid(name)``, ``export(records, grid)`` with ``COMMITTED_CSV`` (each grid it
+exports, and the file it writes), and how a config trains: either a
 description of its run for ``training.driver.train_seeds`` (``setup(config)`` and
 ``record(setup, result, seconds, trained_model, **extra)``, optionally ``eval_chunk(n_seeds)``;
 configs equal but for their seed then train together), or ``run(config, progress=,

@@ -346,3 +346,4 @@ def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
 
 
 curves_frame = results.curves_frame
+COMMITTED_CSV = results.COMMITTED_CSV  # grid -> its committed file, as every study has
