@@ -110,3 +110,21 @@ def test_an_exported_run_says_which_stack_it_trained_in():
     records = train("length", [tiny_length_run(s, epochs=1) for s in (3, 4)])
     frame = curves_frame(records)
     assert set(frame["stack"]) == {"seeds 3-4"}
+
+
+def test_a_seed_repeats_bitwise_in_the_stack_its_record_names():
+    """What a stacked run promises (float32, as the grids train): the same config and seed
+    in the same stack give bitwise the same numbers, and the record names that stack, so
+    rebuilding it reproduces the seed. Alone, or beside other seeds, a seed may round
+    differently (the elementwise kernels treat a tensor's last elements apart); the record
+    says which stack its numbers belong to."""
+    configs = [tiny_length_run(s, epochs=2) for s in (5, 6, 7)]
+    first, again = train("length", configs), train("length", configs)
+    for a, b in zip(first, again, strict=True):
+        pd.testing.assert_frame_equal(a.history, b.history, check_exact=True)
+        pd.testing.assert_frame_equal(
+            pd.DataFrame(a.extra["curve"]), pd.DataFrame(b.extra["curve"]), check_exact=True
+        )
+        assert a.extra["stack"] == b.extra["stack"] == [5, 6, 7]
+    alone = train("length", configs[0])
+    assert alone.extra["stack"] == [5] and alone.extra["seed_batched"] == 1
