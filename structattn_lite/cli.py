@@ -134,8 +134,6 @@ def _check_light(args) -> None:
 
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
-    from structattn_lite.studies import get_study
-
     _check_light(args)
     if getattr(args, "device", None) is not None:
         config.resolve_device(args.device, kinds=config.TRAINING_DEVICES)
@@ -151,6 +149,8 @@ def _check(args) -> None:
             resolve_dataset()  # STRUCTATTN_DATA naming a place without PTB: one line
     if args.command == "figures":
         config.figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
+    if args.command in ("run", "export"):  # a study's grids: its module (torch) is needed
+        from structattn_lite.studies import get_study
     if args.command == "run":
         config.check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)

@@ -498,3 +498,24 @@ def test_the_teaching_app_culls_the_kernels_of_closed_pages():
     app = Voila()
     app.parse_command_line(voila_args(["--MappingKernelManager.cull_idle_timeout=600"]))
     assert AsyncMappingKernelManager(config=app.config).cull_idle_timeout == 600
+
+
+def test_findings_recomputes_the_ledger_without_importing_torch():
+    """`structattn findings` rebuilds every ledger row from data/results and checks the
+    committed files against it without loading torch (it peaked at 1.1 GB when it did;
+    benchmarks/bench_findings_memory.py measures the peak, about 0.23 GB now). The study
+    modules it reads load their torch parts only where a run is built or trained."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from structattn_lite.cli import main\n"
+        "code = main(['findings'])\n"
+        "print(code, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "0 False", (
+        done.stdout[-500:],
+        done.stderr[-500:],
+    )

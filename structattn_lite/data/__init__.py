@@ -4,12 +4,23 @@
 from the argument, then ``STRUCTATTN_DATA``, then ``data/``.
 """
 
-from structattn_lite.data.images import cifar10_available
-from structattn_lite.data.text import (
-    FALLBACK_LABEL,
-    char_ptb,
-    fallback_corpus,
-    fetch,
-    load_corpus,
-    ptb_available,
-)
+import importlib
+
+# name -> the submodule that defines it, imported when first used: the images and text
+# loaders load torch, and a module that reads only the task sizes needs neither
+_LAZY = {
+    "cifar10_available": "images",
+    "FALLBACK_LABEL": "text",
+    "char_ptb": "text",
+    "fallback_corpus": "text",
+    "fetch": "text",
+    "load_corpus": "text",
+    "ptb_available": "text",
+}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

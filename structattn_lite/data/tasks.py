@@ -17,6 +17,7 @@ import math
 import torch
 
 from structattn_lite.config import check_choice, check_int, check_number
+from structattn_lite.data.sizes import PAPER_LENGTH, PAPER_N  # noqa: F401 (re-exported)
 
 TASKS = ("parity", "mod3", "modk", "dyck1", "mod3_authors", "dyck1_authors")
 # The options each task's constructor takes (anything else is a clear error).
@@ -30,11 +31,6 @@ TASK_OPTIONS = {
 }
 LABELS = ("sequence", "prefix")
 IGNORE_INDEX = -100  # label of padded positions; cross-entropy skips it
-
-# The paper's data (section 3): length 16; 5,000 strings for parity and mod-3, 10,000
-# parentheses strings balanced 50/50; i.i.d. samples split 80/20 at random.
-PAPER_LENGTH = 16
-PAPER_N = {"parity": 5000, "mod3": 5000, "dyck1": 10000}
 
 
 def random_bits(n: int, length: int, generator: torch.Generator) -> torch.Tensor:

@@ -12,19 +12,18 @@ callbacks=, device=, checkpoint=)`` for a study that trains itself (``checkpoint
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
 from structattn_lite.config import check_choice
-from structattn_lite.studies.ablations import experiment as ablations
-from structattn_lite.studies.attention import experiment as attention
-from structattn_lite.studies.grokking import experiment as grokking
-from structattn_lite.studies.length import experiment as length
 
-STUDIES: dict[str, ModuleType] = {
-    "attention": attention,
-    "grokking": grokking,
-    "ablations": ablations,
-    "length": length,
+# study -> its experiment module, imported when first asked for (the modules load torch;
+# reading a study's committed results, as the ledger does, needs none of them)
+STUDIES: dict[str, str] = {
+    "attention": "structattn_lite.studies.attention.experiment",
+    "grokking": "structattn_lite.studies.grokking.experiment",
+    "ablations": "structattn_lite.studies.ablations.experiment",
+    "length": "structattn_lite.studies.length.experiment",
 }
 
 
@@ -33,4 +32,4 @@ def get_study(study: str | ModuleType) -> ModuleType:
     the contract) is returned as it is."""
     if not isinstance(study, str):
         return study
-    return STUDIES[check_choice("study", study, STUDIES)]
+    return importlib.import_module(STUDIES[check_choice("study", study, STUDIES)])

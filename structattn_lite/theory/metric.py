@@ -10,14 +10,16 @@ notebook and tests assert; the reference and folded attention logits.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
-import torch
 
 from structattn_lite.config import check_number
 from structattn_lite.theory.support import Edge, _int, incidence_matrix
+
+if TYPE_CHECKING:  # the torch forms are imported where called: the algebra needs numpy only
+    import torch
 
 # --- the metric -------------------------------------------------------------------
 
@@ -127,6 +129,8 @@ def identity_report(
 
 
 def _metric_torch(A: Any, w: Any, eps: float, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    import torch
+
     A_t = torch.as_tensor(A, dtype=like.dtype, device=like.device)  # numpy or tensor
     w_t = torch.as_tensor(w, dtype=like.dtype, device=like.device)
     _check_metric_args(A_t.detach().cpu().numpy(), w_t.detach().cpu().numpy())
@@ -142,6 +146,8 @@ def pairwise_logits_reference(
 
     z_q: [..., Nq, d], z_k: [..., Nk, d] -> [..., Nq, Nk]. Materialises Nq x Nk x m.
     """
+    import torch
+
     tau = check_number("tau", tau, minimum=0.0, strict=True)
     A_t, w_t, _ = _metric_torch(A, w, eps, z_q)
     u_q = torch.einsum("dm,...nd->...nm", A_t, z_q)  # u[n, e] = a_e^T z_n
@@ -156,6 +162,8 @@ def folded_qk(
     z_q: torch.Tensor, z_k: torch.Tensor, A: Any, w: Any, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q~ = [M z_i, 1] and k~ = [z_j, -0.5 z_j^T M z_j]: one extra head dimension."""
+    import torch
+
     _, _, M = _metric_torch(A, w, eps, z_q)
     mz_q = z_q @ M  # M is symmetric, so row-vector z M = (M z)^T
     bias = -0.5 * ((z_k @ M) * z_k).sum(-1, keepdim=True)
@@ -192,6 +200,8 @@ def sdpa_output_gap(
     causal: bool = True,
 ) -> float:
     """max |softmax(reference) v - SDPA(q~, k~, v, scale=1/tau)|, causal by default."""
+    import torch
+
     logits = pairwise_logits_reference(z_q, z_k, A, w, eps, tau)
     if causal:
         n_q, n_k = logits.shape[-2:]

@@ -20,9 +20,9 @@ import dataclasses
 from typing import Any
 
 from structattn_lite.config import check_choice
-from structattn_lite.data.tasks import PAPER_N
+from structattn_lite.data.sizes import PAPER_N
+from structattn_lite.training.options import OptimConfig
 from structattn_lite.training.state_tracking import CSPRun
-from structattn_lite.training.trainer import OptimConfig
 
 PROTOCOLS = ("authors", "paper_text", "default")
 

@@ -10,8 +10,7 @@ seeds together (``runs.train``); a CSP trains seed-stacked either way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from structattn_lite.config import (
     check_bools,
@@ -20,19 +19,18 @@ from structattn_lite.config import (
     check_int,
     check_seed,
 )
-from structattn_lite.data.splits import (
-    StateTrackingData,
-    check_dataset,
-    check_size,
-    make_dataset,
-)
-from structattn_lite.data.tasks import LABELS, PAPER_N, TASKS, make_task
-from structattn_lite.models import MODELS, build_model, count_parameters, model_config
 from structattn_lite.records import RunRecord
-from structattn_lite.training.driver import Setup, ValidationStop
-from structattn_lite.training.losses import LOSSES
-from structattn_lite.training.metrics import scores
-from structattn_lite.training.trainer import OptimConfig
+from structattn_lite.training.options import OptimConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from structattn_lite.data.splits import StateTrackingData
+    from structattn_lite.training.driver import Setup
+
+# The tasks, models and losses (their registries load torch) are imported where a config
+# is checked or a run built: a module that only names a grid's files, as the ledger does,
+# loads no torch through this one.
 
 EXPERIMENT = "csp"
 EVAL_CHUNK = 256  # evaluation rows per pass, shared by the seeds of a stack (measured best)
@@ -66,6 +64,11 @@ class CSPRun:
     hold_perfect: int | None = None
 
     def __post_init__(self):
+        from structattn_lite.data.splits import check_size
+        from structattn_lite.data.tasks import LABELS, TASKS, make_task
+        from structattn_lite.models import MODELS, model_config
+        from structattn_lite.training.losses import LOSSES
+
         # Validate now, not when the model is built: a grid with a typo fails at once.
         check_choice("task", self.task, TASKS)
         check_choice("model", self.model, MODELS)
@@ -96,6 +99,8 @@ class CSPRun:
         disjoint split) that many distinct strings. A config checks all but the last when
         made; ``structattn run`` checks the last for every run of a grid before the first
         trains (the ablations' paper grid holds a disjoint parentheses run that cannot)."""
+        from structattn_lite.data.splits import check_dataset
+
         check_dataset(self.task, self.n, self.length, labels=self.labels,
                       leaky=self.leaky or not distinct, val_fraction=self.val_fraction,
                       **self.task_options)  # fmt: skip
@@ -105,12 +110,16 @@ def paper_setting_run(task: str, preset: str, seed: int, n: int | None = None, *
     """A run in the paper's setting: its string counts (5,000 / 5,000 / 10,000 unless ``n``),
     an i.i.d. split, and one label per string for the text's model ("paper") but one per
     prefix for the code's readings. The grokking and ablation grids share these runs."""
+    from structattn_lite.data.tasks import PAPER_N
+
     labels = "sequence" if preset == "paper" else "prefix"
     return CSPRun(task=task, preset=preset, seed=seed, n=n or PAPER_N[task], leaky=True,
                   labels=labels, **changes)  # fmt: skip
 
 
 def build_data(cfg: CSPRun) -> StateTrackingData:
+    from structattn_lite.data.splits import make_dataset
+
     return make_dataset(
         cfg.task,
         cfg.n,
@@ -124,6 +133,8 @@ def build_data(cfg: CSPRun) -> StateTrackingData:
 
 
 def build_csp_model(cfg: CSPRun, n_classes: int, vocab_size: int = 2) -> torch.nn.Module:
+    from structattn_lite.models import build_model
+
     options = {"vocab_size": vocab_size, **cfg.model_options}
     return build_model(cfg.model, preset=cfg.preset, n_classes=n_classes, **options)
 
@@ -132,6 +143,8 @@ def evaluation_row(labels: str, train: tuple, test: tuple, val: tuple) -> dict[s
     """One epoch's log from (predictions, targets) pairs: train and test scores on the
     run's labels, the whole-string test scores the paper reports, and validation
     accuracy (what an early stop reads; absent without a validation split)."""
+    from structattn_lite.training.metrics import scores
+
     on_train, on_test = scores(*train, labels), scores(*test, labels)
     last = scores(*test, "sequence")  # the whole string, as the paper scores
     row = {
@@ -150,6 +163,10 @@ def csp_setup(cfg: CSPRun) -> Setup:
     """The driver's description of one run: its data split, its model from the seed, the
     rows it logs and its early stop (100% validation accuracy held ``hold_perfect``
     epochs; never the test split)."""
+    import torch
+
+    from structattn_lite.training.driver import Setup, ValidationStop
+
     data = build_data(cfg)
     torch.manual_seed(cfg.seed)
     model = build_csp_model(cfg, data.n_classes, data.vocab_size)
@@ -169,6 +186,8 @@ def csp_setup(cfg: CSPRun) -> Setup:
 
 
 def csp_record(setup: Setup, result, seconds: float, trained_model, **extra) -> RunRecord:
+    from structattn_lite.models import count_parameters
+
     return RunRecord.from_training(
         EXPERIMENT,
         setup.cfg,

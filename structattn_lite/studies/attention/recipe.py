@@ -19,15 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.models.attention_base import FastPathStats
-from structattn_lite.training.checkpoint import CheckpointPlan
-from structattn_lite.training.trainer import PRECISIONS, OptimConfig, Trainer, TrainResult
+from structattn_lite.training.options import PRECISIONS, OptimConfig, TrainResult
+
+if TYPE_CHECKING:  # torch is imported where a run trains: reading a Recipe needs none
+    import torch
+    from torch import nn
+
+    from structattn_lite.training.checkpoint import CheckpointPlan
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ def lr_at(step: int, recipe: Recipe) -> float:
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Weight decay on the matrices of linear layers only (not on embeddings, norms,
     biases, positions or the metric parameters)."""
+    from torch import nn
+
     decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     if hasattr(model, "tok"):  # a weight tied to the embedding is an embedding
         decay.discard(id(model.tok.weight))
@@ -126,6 +129,8 @@ class FastPathCounts:
         return [a.stats.as_dict() for a in self.model.attention_modules()]
 
     def load_state_dict(self, saved: list[dict[str, float]]) -> None:
+        from structattn_lite.models.attention_base import FastPathStats
+
         for a, stats in zip(self.model.attention_modules(), saved, strict=True):
             a.stats = FastPathStats(**stats)
 
@@ -149,6 +154,10 @@ def train(
     ``on_epoch_end(trainer, row)``, one "epoch" per evaluation.
     ``checkpoint`` (not a ``stacked`` plan): save every ``checkpoint.every`` evaluations.
     """
+    import torch
+
+    from structattn_lite.training.trainer import Trainer
+
     generator = getattr(batch, "generator", None)
     if checkpoint is not None and not isinstance(generator, torch.Generator):
         raise ValueError("checkpointing needs batch.generator, the generator batch(step) draws on")

@@ -8,13 +8,10 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 from IPython.display import display
 from matplotlib.lines import Line2D
 
 from structattn_lite import names, stats
-from structattn_lite.models import CSP_PRESETS
-from structattn_lite.models.csp import CSP
 from structattn_lite.names import display_name
 from structattn_lite.records import RunRecord
 from structattn_lite.report import (
@@ -259,6 +256,8 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
 
 def preset_table() -> pd.DataFrame:
     """The switchable CSP presets side by side; ``differs`` marks where they disagree."""
+    from structattn_lite.models import CSP_PRESETS
+
     table = pd.DataFrame({name: dataclasses.asdict(cfg) for name, cfg in CSP_PRESETS.items()})
     table["differs"] = table["paper"] != table["code_switches"]
     return table
@@ -294,6 +293,10 @@ def state_phases(model, tokens, layer: int = 0):
 
     ``model`` is a :class:`~structattn_lite.models.csp.CSP` (presets "paper" and
     "code_switches"); ``tokens`` one string, a sequence of token ids."""
+    import torch
+
+    from structattn_lite.models.csp import CSP
+
     if not isinstance(model, CSP):
         raise ValueError(
             f"model must be a CSP (preset 'paper' or 'code_switches'), got {type(model).__name__}"

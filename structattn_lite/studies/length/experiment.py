@@ -48,15 +48,15 @@ from structattn_lite.studies.length.grids import (
     LENGTH_MODELS,
     MODEL_SIZES,
     PROTOCOLS,
+    TABLE_LENGTHS,  # noqa: F401 (read as ls.TABLE_LENGTHS)
 )
 from structattn_lite.training.driver import Setup, ValidationStop
 from structattn_lite.training.losses import LOSSES
 from structattn_lite.training.metrics import IGNORE, accuracy, length_scores, predict, scores
-from structattn_lite.training.trainer import OptimConfig
+from structattn_lite.training.options import OptimConfig
 
 EXPERIMENT = "length"
 SPLITS = ("disjoint", "random")
-TABLE_LENGTHS = (16, 32, 64, 128, 256)
 
 
 @dataclass(frozen=True)

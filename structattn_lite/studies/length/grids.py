@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from structattn_lite.names import PAPER_TASKS
-from structattn_lite.training.trainer import OptimConfig
+from structattn_lite.training.options import OptimConfig
+
+TABLE_LENGTHS = (16, 32, 64, 128, 256)  # the lengths the length tables show
 
 PROTOCOLS = ("fixed", "variable", "grazzi")
 

@@ -24,8 +24,11 @@ from structattn_lite.report import (
     model_style,
     seed_band,
 )
-from structattn_lite.studies.length.experiment import TABLE_LENGTHS
-from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS
+from structattn_lite.studies.length.grids import (
+    GRAZZI_TEST_LENGTHS,
+    GRAZZI_VAL_LENGTHS,
+    TABLE_LENGTHS,
+)
 from structattn_lite.studies.length.results import COMMITTED_CSV, at_chosen_rates, chosen_rates
 
 METRICS = {
