@@ -135,6 +135,15 @@ def _check_light(args) -> None:
 def _check(args) -> None:
     """Every argument, before anything trains: a ValueError naming the bad one."""
     _check_light(args)
+    if args.command in ("run", "export"):  # the study's grid, read without torch
+        from structattn_lite.studies import study_table
+
+        if args.command == "export":  # the grids an export writes: its COMMITTED_CSV
+            config.check_choice("--grid", args.grid, list(study_table(args.study, "COMMITTED_CSV")))
+        else:
+            config.check_choice(
+                "--grid", args.grid or args.profile, study_table(args.study, "GRIDS")
+            )
     if getattr(args, "device", None) is not None:
         config.resolve_device(args.device, kinds=config.TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:
@@ -149,13 +158,8 @@ def _check(args) -> None:
             resolve_dataset()  # STRUCTATTN_DATA naming a place without PTB: one line
     if args.command == "figures":
         config.figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
-    if args.command in ("run", "export"):  # a study's grids: its module (torch) is needed
-        from structattn_lite.studies import get_study
     if args.command == "run":
-        config.check_choice("--grid", args.grid or args.profile, get_study(args.study).GRIDS)
         args.configs = _configs(args)
-    elif args.command == "export":  # the grids an export writes: its COMMITTED_CSV table
-        config.check_choice("--grid", args.grid, list(get_study(args.study).COMMITTED_CSV))
 
 
 @contextlib.contextmanager

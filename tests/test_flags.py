@@ -14,6 +14,9 @@ import pytest
 REFUSED = {  # argv -> what the one line must name
     "empty --grid": (["run", "grokking", "--grid", ""], "--grid"),
     "empty export --grid": (["export", "grokking", "--grid", ""], "--grid"),
+    "unknown export --grid": (["export", "length", "--grid", "nope"], "--grid='nope'"),
+    "unknown attention export --grid": (["export", "attention", "--grid", "nope"], "--grid"),
+    "unknown length --grid": (["run", "length", "--grid", "nope"], "--grid='nope'"),
     "--seed without a value": (["run", "grokking", "--seed"], "--seed"),
     "--task without a value": (["run", "grokking", "--task", "--epochs", "2"], "--task"),
     "--address without ray": (["run", "grokking", "--address", "127.0.0.1:6379"], "--address"),
@@ -170,10 +173,12 @@ def test_an_export_of_a_grid_with_no_committed_file_is_refused_in_one_line(study
     """Every study names the grids it exports (COMMITTED_CSV); another is refused in one
     line that lists them, before any run is read (the length study's raised a traceback)."""
     from structattn_lite import cli
-    from structattn_lite.studies import get_study
+    from structattn_lite.studies import get_study, study_table
 
     argv = ["export", study, "--grid", "nope", "--only-cached", "--runs-dir"]
     assert cli.main([*argv, str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--grid='nope'" in err, err
     assert all(grid in err for grid in get_study(study).COMMITTED_CSV)
+    for table in ("GRIDS", "COMMITTED_CSV"):  # one table each, two doors to it
+        assert getattr(get_study(study), table) is study_table(study, table)

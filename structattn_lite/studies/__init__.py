@@ -33,3 +33,25 @@ def get_study(study: str | ModuleType) -> ModuleType:
     if not isinstance(study, str):
         return study
     return importlib.import_module(STUDIES[check_choice("study", study, STUDIES)])
+
+
+# (study, table) -> the module that holds a study's GRIDS or COMMITTED_CSV without loading
+# torch (the experiment module re-exports both): the command line checks a grid named on it
+# in a fraction of a second, before any study loads torch
+LIGHT_HOMES = {
+    ("attention", "GRIDS"): "structattn_lite.studies.attention.grids",
+    ("attention", "COMMITTED_CSV"): "structattn_lite.studies.attention.grids",
+    ("grokking", "GRIDS"): "structattn_lite.studies.grokking.experiment",
+    ("grokking", "COMMITTED_CSV"): "structattn_lite.studies.grokking.experiment",
+    ("ablations", "GRIDS"): "structattn_lite.studies.ablations.experiment",
+    ("ablations", "COMMITTED_CSV"): "structattn_lite.studies.ablations.experiment",
+    ("length", "GRIDS"): "structattn_lite.studies.length.grids",
+    ("length", "COMMITTED_CSV"): "structattn_lite.studies.length.results",
+}  # fmt: skip
+
+
+def study_table(study: str, table: str) -> dict:
+    """A study's ``GRIDS`` (every grid it runs) or ``COMMITTED_CSV`` (the grids it exports,
+    each with its file), read without loading torch."""
+    module = LIGHT_HOMES[(check_choice("study", study, STUDIES), table)]
+    return getattr(importlib.import_module(module), table)
