@@ -83,7 +83,7 @@ class RunRecord:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # per-step norms, evals
     version: str = __version__
     device: str = "cpu"  # where it trained (not part of the config hash)
-    torch_version: str = dataclasses.field(default_factory=lambda: torch_version())
+    torch_version: str = dataclasses.field(default_factory=torch_version)
 
     @property
     def seed(self) -> int | None:

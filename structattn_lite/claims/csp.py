@@ -27,6 +27,7 @@ from structattn_lite.studies.grokking.report import (
     SPIKE_WINDOW,
     gap_verdict,
     seed_gaps,
+    spike_epoch,
 )
 
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
@@ -120,40 +121,42 @@ ABLATION_CLAIMS = {  # key -> (the paper's words, tasks, cell A, cell B)
 }  # fmt: skip
 
 
-def _side(r: dict) -> tuple[list[float], int, str]:
-    """A Table 3/4 row's per-seed values, its diverged seeds, and both in words."""
-    values = list(r["values"]["ours"])
-    k = diverged_seeds(r["reason"])
-    diverged = k[0] if k else 0
+def _side(values: list[float], diverged: int) -> str:
+    """A cell's per-seed values and diverged seeds, in words."""
     mean = f"{sum(values) / len(values):.3f} over {len(values)}" if values else "no value"
-    return values, diverged, f"{mean} ({diverged} diverged)" if diverged else mean
+    return f"{mean} ({diverged} diverged)" if diverged else mean
 
 
-def _section_332() -> list[dict]:
-    """The section 3.3.2 cells (grid paper_332) in the shape ``_side`` reads: per-seed
-    values and a reason that counts diverged seeds as the Table 4 rows' does."""
+def _ablation_cells() -> dict[str, tuple[list[float], int]]:
+    """Every cell an "A beats B" row compares, by its id: its trained seeds' values and how
+    many seeds diverged. The Table 3 and 4 cells are those rows' own; the section 3.3.2
+    cells (grid paper_332) are read from their file, as the table rows read theirs."""
+    cells = {}
+    for r in (*table3(), *table4()):
+        k = diverged_seeds(r["reason"])
+        cells[r["id"]] = (list(r["values"]["ours"]), k[0] if k else 0)
     frame = read(COMMITTED_CSV["paper_332"])
-    out = []
     for variant in ("-skip", "+stepsilu"):
         for task in PAPER_TASKS:
             values, diverged = _cell_values(frame, _selector(variant=variant), task)
-            n = len(values) + diverged
-            out.append({"id": f"paper_332/{variant}/{task}", "values": {"ours": values.tolist()},
-                        "reason": f"{diverged} of {n} seeds diverged" if diverged else ""})  # fmt: skip
-    return out
+            cells[f"paper_332/{variant}/{task}"] = (values.tolist(), diverged)
+    return cells
 
 
 def ablation_claims() -> list[dict]:
     """One row per claim and task: mean(A) - mean(B) on the cells' trained seeds (Welch),
     by the row's rule; a side with fewer than 3 trained seeds (the rest diverged) leaves the
     row undecided, and its reason says so."""
-    cells = {r["id"]: r for r in (*table3(), *table4(), *_section_332())}
+    cells = _ablation_cells()
     rows = []
     for key, (words, tasks, a, b) in ABLATION_CLAIMS.items():
         for task in tasks:
-            ident, ra, rb = f"ablation/{key}/{task}", cells[f"{a}/{task}"], cells[f"{b}/{task}"]
+            ident, (va, da), (vb, db) = (
+                f"ablation/{key}/{task}",
+                cells[f"{a}/{task}"],
+                cells[f"{b}/{task}"],
+            )
             grid = "paper_332" if b.startswith("paper_332/") else "paper_table4"
-            (va, da, wa), (vb, db, wb) = _side(ra), _side(rb)
             (diff, low, high), verdict, reason = stats.difference(
                 va, vb, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
             if not vb and not db:
@@ -169,7 +172,7 @@ def ablation_claims() -> list[dict]:
                       f"A `{a}` against B `{b}`",
                 source="CSP paper, section 3.3", published=math.nan, ours=diff, low=low,
                 high=high, seeds=len(va) + da + len(vb) + db, verdict=verdict,
-                reason=f"A {wa}, B {wb}; {reason}", protocol=PAPER_TEXT,
+                reason=f"A {_side(va, da)}, B {_side(vb, db)}; {reason}", protocol=PAPER_TEXT,
                 grid=f"{grid} (+ paper_text)", notebook="04, the paper's claims",
                 command=ABLATIONS_COMMAND.format(grid=grid),
             ))  # fmt: skip
@@ -268,9 +271,8 @@ def _curves_per_seed(preset: str = "paper") -> pd.DataFrame:
         at_chance = int(
             ((h[GAP_METRIC] < names.chance(task) + PLATEAU_ABOVE_CHANCE) & before).sum()
         )
-        spike = int(h.loc[h["grad_norm_max"].idxmax(), "epoch"])  # the largest gradient norm
         rows.append({"task": task, "seed": r.seed, "jump": gaps["jump"], "at_chance": at_chance,
-                     "gap_100": gaps["gap_100"], "spike": spike})  # fmt: skip
+                     "gap_100": gaps["gap_100"], "spike": spike_epoch(h)})  # fmt: skip
     return pd.DataFrame(rows, columns=["task", "seed", "jump", "at_chance", "gap_100", "spike"])
 
 

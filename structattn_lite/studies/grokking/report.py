@@ -44,7 +44,7 @@ def seed_gaps(history: pd.DataFrame, task: str) -> dict:
     jump = jump_epoch(history)
     before = [a for e, a in zip(epochs, acc, strict=True) if jump is None or e < jump]
     plateau = sum(a < names.chance(task) + PLATEAU_ABOVE_CHANCE for a in before) >= PLATEAU_EPOCHS
-    spike = int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
+    spike = spike_epoch(history)
     return {
         "jump": jump,
         "last": epochs[-1],
@@ -88,7 +88,7 @@ def summarize(records: list[RunRecord], metric: str = GAP_METRIC) -> pd.DataFram
         h = r.history
         scored = h[metric].tolist() if metric in h else []
         jump = jump_epoch(h, metric=metric) if len(h) else None
-        spike = int(h.loc[h["grad_norm_max"].idxmax(), "epoch"]) if len(h) else None
+        spike = spike_epoch(h) if len(h) else None
         rows.append(
             {
                 "task": r.config["task"],
@@ -113,6 +113,11 @@ def jump_epoch(history, level: float = 0.9, metric: str = GAP_METRIC) -> int | N
     """First epoch whose ``metric`` reaches ``level`` (the grokking jump)."""
     hit = history.index[history[metric] >= level]
     return int(history.loc[hit[0], "epoch"]) if len(hit) else None
+
+
+def spike_epoch(history) -> int:
+    """The epoch of the largest gradient norm (each epoch's maximum over its steps)."""
+    return int(history.loc[history["grad_norm_max"].idxmax(), "epoch"])
 
 
 def grokking_gap(history, high: float = 1.0, metric: str = GAP_METRIC) -> int | None:
