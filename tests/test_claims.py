@@ -167,7 +167,9 @@ def test_an_undecided_rows_seed_count_comes_with_its_cost(monkeypatch):
 
     fields = dict(ours=86.0, low=33.0, high=139.0, seeds=10, published=85.0, grid="gap")
     real = rows.seed_seconds
-    monkeypatch.setattr(rows, "seed_seconds", lambda grid: 360.0 if grid == "gap" else math.nan)
+    monkeypatch.setattr(
+        rows, "seed_seconds", lambda grid, **cell: 360.0 if grid == "gap" else math.nan
+    )
     one = rows._to_decide(rule("csp/grad_profile/mod3"), fields)
     need = int(re.search(r"about (\d+) seeds", one).group(1))
     hours = float(re.search(r"about ([\d.]+) CPU-hours", one).group(1))
@@ -179,3 +181,17 @@ def test_an_undecided_rows_seed_count_comes_with_its_cost(monkeypatch):
     unpriced = rows._to_decide(rule("csp/grad_profile/mod3"), {**fields, "grid": "authors"})
     assert "would decide it" in unpriced and "CPU-hours" not in unpriced
     assert real("gap") > 0 and math.isnan(real("authors"))  # the gap runs keep their time
+
+
+def test_seeds_are_priced_at_their_own_cells_pace():
+    """A run that stops early costs a fraction of one that goes the distance, so a row is
+    priced at the pace of the runs it reads: the paper CSP's mod-3 gap runs never stop
+    before 300 epochs, the parentheses runs stop within 20, and the grid's median over
+    every cell would price mod-3 seeds at a fraction of their cost."""
+    from structattn_lite.claims import rows
+
+    mod3 = rows.seed_seconds("gap", task="mod3", preset="paper")
+    dyck = rows.seed_seconds("gap", task="dyck1", preset="paper")
+    assert mod3 > 5 * dyck > 0
+    assert mod3 > 2 * rows.seed_seconds("gap")
+    assert math.isnan(rows.seed_seconds("gap", task="no such task"))

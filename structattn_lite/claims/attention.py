@@ -164,21 +164,27 @@ def long_budget() -> list[dict]:
         command="structattn run attention --grid long")  # fmt: skip
 
 
-def fresh_finals():
-    """The fresh grid's final runs once every planned seed of every cell is in (the rows
-    whose rules name them read these alone), else None."""
-    from structattn_lite.studies.attention.grids import GRIDS
+def fresh_finals(grid: str = "fresh"):
+    """A fresh grid's final runs once every planned seed of every cell is in (the rows
+    whose rules name the grid read these alone), else None. Its cells: the main
+    variants on the full text, the low-data variants on its smallest fraction, and the
+    bfloat16 variants."""
+    from structattn_lite.studies.attention.grids import COMMITTED_CSV, CORE_VARIANTS, GRIDS, label
 
-    runs = read("attention_fresh_runs.csv")
+    runs = read(COMMITTED_CSV[grid][0])
     if runs is None:
         return None
+    spec = GRIDS[grid]
     finals = runs[~runs["tuning"].astype(bool) & (runs["status"] != "failed")]
-    cells = finals.groupby(["part", "variant", "fraction"])["seed"].agg(set)
-    planned = set(GRIDS["fresh"]["seeds"])
-    parts = {"main": 1.0, "low data": min(GRIDS["fresh"]["fractions"])}
-    complete = len(cells) == 4 and all(
-        seeds >= planned for (part, _, fraction), seeds in cells.items()
-        if parts.get(part) == fraction
+    expected = {("main", 1.0, "float32"): spec["main"], ("stability", 1.0, "bfloat16"): spec["bf16"]}
+    if spec["fractions"]:
+        low = ("low data", min(spec["fractions"]), "float32")
+        expected[low] = spec.get("low_data", CORE_VARIANTS)
+    have = finals.groupby(["part", "fraction", "precision", "variant"])["seed"].agg(set)
+    planned = set(spec["seeds"])
+    complete = all(
+        have.get((*cell, label(kind, shared, factor)), set()) >= planned
+        for cell, variants in expected.items() for kind, factor, shared in variants
     )  # fmt: skip
     return finals if complete else None
 
@@ -195,24 +201,41 @@ def attention() -> list[dict]:
     if runs is None:
         return []
     finals = runs[~runs["tuning"].astype(bool)]
-    fresh = fresh_finals()
+    fresh = {}  # fresh grid -> its finals once all in, else None
     protocol = committed_protocol(runs)
     untuned = _untuned(runs)
 
+    def fresh_frame(ident):
+        """The finals of the fresh grid ``ident``'s rule names, once all in, else None."""
+        named = None if ident is None else rule_of(ident).fresh
+        if named is None:
+            return None
+        if named[1] not in fresh:
+            fresh[named[1]] = fresh_finals(named[1])
+        return fresh[named[1]]
+
     def reads_fresh(ident) -> bool:
         """Whether row ``ident`` is read on the fresh seeds its rule names (all in)."""
-        return ident is not None and rule_of(ident).fresh is not None and fresh is not None
+        return fresh_frame(ident) is not None
+
+    def read_on(ident) -> dict:
+        """The grid a row is read on, and the command that trains it: the fresh grid its
+        rule names once all in."""
+        if not reads_fresh(ident):
+            return {"fresh_read": False}
+        grid = rule_of(ident).fresh[1]
+        return {"fresh_read": True, "grid": f"{grid} (attention)",
+                "command": f"structattn run attention --grid {grid}"}  # fmt: skip
 
     def attention_row(ident, *args, **fields):
         """A row read on the fresh seeds its rule names once they are all in."""
-        fresh_read = reads_fresh(ident)
-        fields = {"protocol": protocol, "untuned": untuned, **fields}
-        return _attention_row(ident, *args, fresh_read=fresh_read, **fields)  # fmt: skip
+        fields = {"protocol": protocol, "untuned": untuned, **read_on(ident), **fields}
+        return _attention_row(ident, *args, **fields)  # fmt: skip
 
     def col(part, variant, column, fraction=1.0, precision="float32", ident=None):
         """Per-seed values of one cell, from the fresh seeds when ``ident``'s rule names
         them and they are all in, else from the committed grid's."""
-        frame = fresh if reads_fresh(ident) else finals
+        frame = fresh_frame(ident) if reads_fresh(ident) else finals
         pick = frame[(frame["part"] == part) & (frame["variant"] == variant)
                      & (frame["fraction"] == fraction) & (frame["precision"] == precision)]  # fmt: skip
         return pick.sort_values("seed")[column].tolist()  # fmt: skip
@@ -269,8 +292,8 @@ def attention() -> list[dict]:
                                        spec="+.2e"),
         share, seeds=len(share[m]), notebook="02, numerical audit"))  # fmt: skip
     key = "attention/stable/bfloat16"
-    shift = {v: [x - y for x, y in zip(col("stability", v, "val_bpc", precision="bfloat16"),
-                                       col("main", v, "val_bpc"), strict=False)]
+    shift = {v: [x - y for x, y in zip(col("stability", v, "val_bpc", precision="bfloat16", ident=key),
+                                       col("main", v, "val_bpc", ident=key), strict=False)]
              for v in ("dense", m)}  # fmt: skip
     rows.append(attention_row(
         key, f"{name(m)} loses no more to bfloat16 autocast than {name('dense')} "
@@ -281,12 +304,11 @@ def attention() -> list[dict]:
         key = f"attention/low_data/{base}"
         low = [col("low data", v, "val_bpc", fraction=0.01, ident=key) for v in (m, base)]
         full = [col("main", v, "val_bpc", ident=key) for v in (m, base)]
-        fresh_read = reads_fresh(key)
         rows.append(_interaction_row(
             key, f"{name(m)}'s edge over {name(base)} is larger with 1% of the "
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
             (base, "100%")], "at 1%", protocol=protocol + "; 1% and 100% of the "
-            "text", notebook="02, low data", untuned=untuned, fresh_read=fresh_read))  # fmt: skip
+            "text", notebook="02, low data", untuned=untuned, **read_on(key)))  # fmt: skip
     rows += long_budget()
     rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}

@@ -303,13 +303,14 @@ def curves() -> list[dict]:
         values = pd.Series(of(task, "at_chance"), dtype=float)
         rows.append(published_row(
             values, 0, paper, bounds=stats.EPOCHS, id=f"csp/plateau/{task}",
+            cell={"task": task, "preset": "paper"},
             claim=f"{display_name(task)} sits at chance for about {paper:.0f} epochs before it learns, "
                   f"{display_name('paper')}", source="CSP paper, Fig. 3",
             notebook="03, grokking gap", **fields))  # fmt: skip
     task, paper = PAPER_SPIKE_EPOCH
     rows.append(published_row(
         pd.Series(of(task, "spike"), dtype=float), 0, paper, bounds=stats.EPOCHS,
-        id=f"csp/grad_profile/{task}",
+        id=f"csp/grad_profile/{task}", cell={"task": task, "preset": "paper"},
         claim=f"on {display_name(task)} the gradient norm spikes around epoch {paper:.0f}, after "
               f"a flat phase, {display_name('paper')}", source="CSP paper, section 4.2.2 and Fig. 4",
         notebook="03, grokking gap", **fields))  # fmt: skip

@@ -33,11 +33,12 @@ def read(name: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
-def row(values=(), *, fresh_read: bool = False, **fields) -> dict:
+def row(values=(), *, fresh_read: bool = False, cell: dict | None = None, **fields) -> dict:
     """One ledger row. ``values`` holds the per-seed numbers behind it, for the claims
     dashboard (a list, or a dict of lists for a two-sided comparison); not in the CSV.
     Its ``rule`` and ``evidence`` come from the rules table; ``fresh_read``: the row was
-    read on the fresh seeds its rule names."""
+    read on the fresh seeds its rule names; ``cell``: the config fields of the runs it
+    reads (e.g. task and preset), so that "N more seeds" is priced at their pace."""
     rule = rule_of(fields["id"])
     fields = {**fields, "rule": rule.words(), "evidence": rule.evidence_now(fresh_read)}
     if rule.fresh is not None and not fresh_read:
@@ -46,7 +47,9 @@ def row(values=(), *, fresh_read: bool = False, **fields) -> dict:
                             f"{seeds[0]}-{seeds[-1]} ({study} grid {grid}) are all in")  # fmt: skip
     values = values if isinstance(values, dict) else {"ours": list(values)}
     if fields.get("verdict") == stats.UNDECIDED:
-        fields["reason"] = fields.get("reason", "") + _to_decide(rule, fields, arms=len(values))
+        fields["reason"] = fields.get("reason", "") + _to_decide(
+            rule, fields, arms=len(values), cell=cell or {}
+        )
     return {**{column: fields.get(column, math.nan) for column in COLUMNS}, "values": values}
 
 
@@ -65,30 +68,48 @@ _TIMED = {
     "committed (attention)": ("attention_runs.csv", "cpu_seconds"),
     "long (attention)": ("attention_long_runs.csv", "cpu_seconds"),
     "lowparam (attention)": ("attention_lowparam_runs.csv", "cpu_seconds"),
+    "fresh (attention)": ("attention_fresh_runs.csv", "cpu_seconds"),
+    "fresh_bf16 (attention)": ("attention_fresh_bf16_runs.csv", "cpu_seconds"),
     "paper_text": ("csp_ablations_paper_text.csv", "seconds"),
     "gap": ("csp_grokking_gap.csv.gz", "extra"),
 }  # fmt: skip
 
 
 @functools.cache
-def seed_seconds(grid: str) -> float:
-    """The median CPU seconds one seed of ``grid``'s committed runs took (a stacked run's
-    share of its stack), or NaN where the grid's files keep no timing."""
+def _timed_runs(grid: str) -> pd.DataFrame | None:
+    """One row per committed run of ``grid``: its CPU seconds (a stacked run's share of its
+    stack) beside its config fields; None where the grid's files keep no timing."""
     if grid not in _TIMED:
-        return math.nan
+        return None
     name, column = _TIMED[grid]
     frame = read(name)
     if frame is None or column not in frame:
+        return None
+    if column != "extra":  # the final runs (a grid's file may hold its tuning runs too)
+        finals = frame[~frame["tuning"].astype(bool)] if "tuning" in frame else frame
+        return finals.assign(_seconds=finals[column])
+    runs = frame.drop_duplicates("key")  # one row per epoch: each run's record, once
+    return pd.DataFrame(
+        [{**json.loads(c), "_seconds": json.loads(e).get("seconds", math.nan)}
+         for c, e in zip(runs["config"], runs["extra"], strict=True)]
+    )  # fmt: skip
+
+
+def seed_seconds(grid: str, **cell) -> float:
+    """The median CPU seconds one seed of ``grid``'s committed runs took, over the runs
+    whose config matches ``cell`` (a field the grid's files lack is ignored), or NaN where
+    the grid's files keep no timing. A cell matters: a run that stops early costs a
+    tenth of one that goes the distance."""
+    runs = _timed_runs(grid)
+    if runs is None:
         return math.nan
-    if column == "extra":  # one row per epoch: each run's record extra, once
-        runs = frame.drop_duplicates("key")["extra"]
-        seconds = pd.Series([json.loads(e).get("seconds", math.nan) for e in runs], dtype=float)
-    else:
-        seconds = frame[column].astype(float)
-    return float(seconds.median())
+    for key, value in cell.items():
+        if key in runs:
+            runs = runs[runs[key] == value]
+    return float(runs["_seconds"].astype(float).median()) if len(runs) else math.nan
 
 
-def _to_decide(rule, fields: dict, arms: int = 1) -> str:
+def _to_decide(rule, fields: dict, arms: int = 1, cell: dict | None = None) -> str:
     """What more seeds would do for an undecided row whose interval straddles an edge, and
     what they would cost at the committed runs' pace (``seed_seconds``), where known."""
     edges = _EDGES.get(rule.claimed)
@@ -103,7 +124,7 @@ def _to_decide(rule, fields: dict, arms: int = 1) -> str:
         return ""
     if math.isinf(need) or need > 1000:
         return "; no seed count would decide it at this spread"
-    cost = max(need - n, 0) * arms * seed_seconds(str(fields.get("grid"))) / 3600
+    cost = max(need - n, 0) * arms * seed_seconds(str(fields.get("grid")), **(cell or {})) / 3600
     priced = (
         "" if math.isnan(cost) else f", about {cost:.1f} CPU-hours more at the committed runs' pace"
     )

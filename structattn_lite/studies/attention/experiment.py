@@ -39,7 +39,7 @@ from structattn_lite.models.attention_checks import (
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
 from structattn_lite.records import RunRecord, config_dict, config_hash
-from structattn_lite.studies.attention import results
+from structattn_lite.studies.attention import grids, results
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     GRIDS,
@@ -130,14 +130,7 @@ def attention_options(cfg: Config) -> dict[str, Any]:
 def variant_label(cfg: Config | dict) -> str:
     """ "dot", "dense", "matroidal m=2d", with " (sep q/k)" for separate projections."""
     c = cfg if isinstance(cfg, dict) else config_dict(cfg)
-    label = c["kind"]
-    if c["kind"] == "matroidal":
-        d = c["d_model"] // c["n_heads"]
-        m = c["m"] or 2 * d
-        label += f" m={m // d}d" if m % d == 0 else f" m={m}"
-    if c["kind"] != "dot" and not c["shared_qk"]:
-        label += " (sep q/k)"
-    return label
+    return grids.label(c["kind"], c["shared_qk"], c["m"], c["d_model"] // c["n_heads"])
 
 
 def variant_key(cfg: Config | dict) -> str:

@@ -34,6 +34,19 @@ _DIGITS = {"d_model": 64, "n_heads": 4, "n_layers": 2, "batch_size": 64}
 _DIGITS_RECIPE = {"max_steps": 400, "warmup_steps": 40, "eval_every": 50, "check_every": 10}
 
 
+def label(kind: str, shared: bool, m: int | None = None, d_head: int = 1) -> str:
+    """A variant's key in tables and records: "dot", "dense", "matroidal m=2d" (m as a
+    multiple of d_head where it is one), with " (sep q/k)" for separate projections. A
+    grid's (kind, factor, shared) is ``label(kind, shared, factor)``."""
+    out = kind
+    if kind == "matroidal":
+        m = m or 2 * d_head
+        out += f" m={m // d_head}d" if m % d_head == 0 else f" m={m}"
+    if kind != "dot" and not shared:
+        out += " (sep q/k)"
+    return out
+
+
 def heads_for(d_model: int, factor: int = 2, most: int = 8) -> int:
     """The most heads (at most ``most``) whose width w leaves room for m = factor * w
     distinct incidence columns: a graph on w nodes has w (w - 1) / 2 edges."""
@@ -109,6 +122,19 @@ GRIDS: dict[str, dict[str, Any]] = {
         "recipe": {"max_steps": 1000, "warmup_steps": 60, "eval_every": 200},
         "evals": (256, 2000), "prune_finetune_steps": 50,
     },
+    # fresh_bf16: fresh seeds for the bfloat16 row (attention/stable/bfloat16, undecided on
+    # seeds 0-4 at about 15 seeds): dense and matroidal m=2d (shared q/k), each under
+    # float32 and under bfloat16 autocast, seeds 5-20 at the committed grid's rates. Their
+    # float32 runs of seeds 5-16 are the fresh grid's (the same configs); no bfloat16
+    # shift was ever measured on these seeds.
+    "fresh_bf16": {
+        "seeds": tuple(range(5, 21)), "rates_from": "committed",
+        "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]), "bf16": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
+        "fractions": (), "digits": (),
+        "model": _LM,
+        "recipe": {"max_steps": 1000, "warmup_steps": 60, "eval_every": 200},
+        "evals": (256, 2000), "prune_finetune_steps": 50,
+    },
     # lowparam: the card's low-parameter arm (issue 26) at d_model 32 and 64 on the full
     # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
@@ -151,6 +177,7 @@ COMMITTED_CSV = {
     "long": ("attention_long_runs.csv", "attention_long_histories.csv.gz"),
     "lowparam": ("attention_lowparam_runs.csv", "attention_lowparam_histories.csv.gz"),
     "fresh": ("attention_fresh_runs.csv", "attention_fresh_histories.csv.gz"),
+    "fresh_bf16": ("attention_fresh_bf16_runs.csv", "attention_fresh_bf16_histories.csv.gz"),
 }
 # The committed grids are final. Of their earlier learning-rate sweeps, data/results keeps
 # what a committed figure draws: the committed grid's first-sweep runs (every final at

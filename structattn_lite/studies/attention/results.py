@@ -18,7 +18,7 @@ from structattn_lite.studies.attention.tables import load_committed_histories, s
 
 # Grids whose committed files grow over sessions: an export replaces the runs it holds
 # and keeps the others (the low-parameter arm is more than one session's cores).
-GROWN_ACROSS_SESSIONS = ("lowparam", "long", "fresh")
+GROWN_ACROSS_SESSIONS = ("lowparam", "long", "fresh", "fresh_bf16")
 RESTORED = "restored_from"  # extra of a record rebuilt from a committed file
 
 
