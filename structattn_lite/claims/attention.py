@@ -176,7 +176,10 @@ def fresh_finals(grid: str = "fresh"):
         return None
     spec = GRIDS[grid]
     finals = runs[~runs["tuning"].astype(bool) & (runs["status"] != "failed")]
-    expected = {("main", 1.0, "float32"): spec["main"], ("stability", 1.0, "bfloat16"): spec["bf16"]}
+    expected = {
+        ("main", 1.0, "float32"): spec["main"],
+        ("stability", 1.0, "bfloat16"): spec["bf16"],
+    }
     if spec["fractions"]:
         low = ("low data", min(spec["fractions"]), "float32")
         expected[low] = spec.get("low_data", CORE_VARIANTS)
