@@ -41,12 +41,12 @@ def get_study(study: str | ModuleType) -> ModuleType:
 LIGHT_HOMES = {
     ("attention", "GRIDS"): "structattn_lite.studies.attention.grids",
     ("attention", "COMMITTED_CSV"): "structattn_lite.studies.attention.grids",
-    ("grokking", "GRIDS"): "structattn_lite.studies.grokking.experiment",
-    ("grokking", "COMMITTED_CSV"): "structattn_lite.studies.grokking.experiment",
-    ("ablations", "GRIDS"): "structattn_lite.studies.ablations.experiment",
-    ("ablations", "COMMITTED_CSV"): "structattn_lite.studies.ablations.experiment",
+    ("grokking", "GRIDS"): "structattn_lite.studies.grokking.grids",
+    ("grokking", "COMMITTED_CSV"): "structattn_lite.studies.grokking.grids",
+    ("ablations", "GRIDS"): "structattn_lite.studies.ablations.grids",
+    ("ablations", "COMMITTED_CSV"): "structattn_lite.studies.ablations.grids",
     ("length", "GRIDS"): "structattn_lite.studies.length.grids",
-    ("length", "COMMITTED_CSV"): "structattn_lite.studies.length.results",
+    ("length", "COMMITTED_CSV"): "structattn_lite.studies.length.grids",
 }  # fmt: skip
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from structattn_lite.config import check_choice, check_int, check_number
 
 SCHEDULES = ("plateau", "cosine", "constant")
 PRECISIONS = ("float32", "bfloat16")
+
+if TYPE_CHECKING:  # numpy and pandas load where a result is used, not where a flag is checked
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class TrainResult:
 
     def grad_norm_variance(self, after: int) -> dict[str, float]:
         """Variance of each logged gradient norm over steps >= ``after`` (post warmup)."""
+        import numpy as np
+
         out = {}
         for name, norms in self.grad_norms.items():
             late = np.asarray(norms[after:], dtype=float)

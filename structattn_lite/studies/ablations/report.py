@@ -24,7 +24,7 @@ from structattn_lite.report import (
     ledger_interval,
     ledger_rows,
 )
-from structattn_lite.studies.ablations.experiment import (
+from structattn_lite.studies.ablations.grids import (
     COMMITTED_CSV,
     PAPER_TABLE3,
     PAPER_TABLE4,

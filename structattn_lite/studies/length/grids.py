@@ -165,3 +165,13 @@ GRIDS["grazzi"] = {
     "lrs": (1e-3, 3e-3, 1e-2),
     "run": {"batch_size": 128, "steps_per_epoch": 100},
 }
+
+
+# grid -> the file its committed runs ship in (data/results)
+COMMITTED_CSV = {
+    "committed": "length_generalization.csv.gz",
+    "authors": "length_authors.csv.gz",
+    "authors_short": "length_authors_short.csv.gz",
+    "grazzi": "length_grazzi.csv.gz",
+    "authors_fresh": "length_authors_fresh.csv.gz",
+}

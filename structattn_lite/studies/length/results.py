@@ -12,6 +12,7 @@ import pandas as pd
 from structattn_lite import files
 from structattn_lite.config import check_choice, results_dir
 from structattn_lite.records import RunRecord, keep_committed_rows, stack_words
+from structattn_lite.studies.length.grids import COMMITTED_CSV
 
 
 def cell(config) -> tuple[str, str, str]:
@@ -76,13 +77,6 @@ def curves_frame(records: list[RunRecord]) -> pd.DataFrame:
 # Lengths kept in the committed curves (every length up to 16, then sparser): compact
 # enough to ship, dense enough for the figure and the L = 16..256 table.
 KEPT_LENGTHS = [*range(1, 17), *range(18, 33, 2), *range(40, 257, 8)]
-COMMITTED_CSV = {
-    "committed": "length_generalization.csv.gz",
-    "authors": "length_authors.csv.gz",
-    "authors_short": "length_authors_short.csv.gz",
-    "grazzi": "length_grazzi.csv.gz",
-    "authors_fresh": "length_authors_fresh.csv.gz",
-}
 # The grazzi grid keeps the lengths its rows read (training, validation, test) and its
 # runs' final validation accuracy, which chooses each model's rate (``chosen_rates``).
 GRAZZI_KEPT_LENGTHS = [16, 40, 64, 128, 256, 500]
