@@ -178,6 +178,45 @@ MODELS = tuple(key for key, _, _ in _MODELS)  # the styled models, in their fixe
 DISPLAY_NAMES: dict[str, str] = {key: e.name for key, e in ENTRIES.items()}
 
 
+def variant_key(kind: str, shared: bool = True, m: int | None = None, d_head: int = 1) -> str:
+    """An attention variant's key in configs' tables, records and figures: "dot", "dense",
+    "matroidal m=2d" (m as a multiple of d_head where it is one; None: 2 d_head), with
+    " (sep q/k)" for separate projections. A grid's (kind, factor, shared) is
+    ``variant_key(kind, shared, factor)``."""
+    out = kind
+    if kind == "matroidal":
+        m = m or 2 * d_head
+        out += f" m={m // d_head}d" if m % d_head == 0 else f" m={m}"
+    if kind != "dot" and not shared:
+        out += " (sep q/k)"
+    return out
+
+
+def register_model(key: str, name: str, color: str) -> Entry:
+    """Register a model or attention variant that the list above lacks (a registered
+    attention class does this for its own kind): appended, so no model's marker or dash
+    moves. Registering a key again with the same name and colour changes nothing; with
+    others it is a one-line error."""
+    if key in ENTRIES:
+        known = ENTRIES[key]
+        if (known.name, known.color) != (name, color):
+            raise ValueError(
+                f"key={key!r} is registered as {known.name!r} ({known.color}); "
+                f"not again as {name!r} ({color})"
+            )
+        return known
+    if not isinstance(color, str) or not color.startswith("#"):
+        raise ValueError(f"color={color!r} for key={key!r} must be a '#rrggbb' colour")
+    i = len(_MODELS)
+    _MODELS.append((key, name, color))
+    ENTRIES[key] = added = Entry(
+        name, color, MARKERS[i % len(MARKERS)], LINESTYLES[i % len(LINESTYLES)]
+    )
+    DISPLAY_NAMES[key] = name
+    _STYLES[added] = {"name": name, "color": color, "marker": added.marker, "ls": added.ls}
+    return added
+
+
 def entry(key: str) -> Entry:
     """The registered entry of ``key``; an unregistered key is a one-line error."""
     if key not in ENTRIES:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from structattn_lite import stats
+from structattn_lite import names, stats
 from structattn_lite.claims.rows import read, row
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name as name
@@ -169,7 +169,7 @@ def fresh_finals(grid: str = "fresh"):
     whose rules name the grid read these alone), else None. Its cells: the main
     variants on the full text, the low-data variants on its smallest fraction, and the
     bfloat16 variants."""
-    from structattn_lite.studies.attention.grids import COMMITTED_CSV, CORE_VARIANTS, GRIDS, label
+    from structattn_lite.studies.attention.grids import COMMITTED_CSV, CORE_VARIANTS, GRIDS
 
     runs = read(COMMITTED_CSV[grid][0])
     if runs is None:
@@ -186,7 +186,7 @@ def fresh_finals(grid: str = "fresh"):
     have = finals.groupby(["part", "fraction", "precision", "variant"])["seed"].agg(set)
     planned = set(spec["seeds"])
     complete = all(
-        have.get((*cell, label(kind, shared, factor)), set()) >= planned
+        have.get((*cell, names.variant_key(kind, shared, factor)), set()) >= planned
         for cell, variants in expected.items() for kind, factor, shared in variants
     )  # fmt: skip
     return finals if complete else None

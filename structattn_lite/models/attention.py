@@ -17,32 +17,27 @@ from __future__ import annotations
 from typing import Any
 
 from structattn_lite.config import check_choice
-from structattn_lite.models.attention_base import PATHS, Attention, DotAttention
+from structattn_lite.models.attention_base import KINDS, PATHS, Attention, DotAttention, register
 from structattn_lite.models.metric_attention import (
     DenseAttention,
     MatroidalAttention,
     MetricAttention,
 )
 
-# what callers import from here: the constructor and the classes it builds
+# what callers import from here: the constructor, the registry and the classes it holds
 __all__ = [
-    "ATTENTION_KINDS", "OPTIONS", "PATHS", "Attention", "DenseAttention", "DotAttention",
-    "MatroidalAttention", "MetricAttention", "build_attention",
+    "ATTENTION_KINDS", "KINDS", "PATHS", "Attention", "DenseAttention", "DotAttention",
+    "MatroidalAttention", "MetricAttention", "build_attention", "register",
 ]  # fmt: skip
 
-ATTENTION_KINDS = ("dot", "dense", "matroidal")
-_METRIC_OPTIONS = ("causal", "shared_qk", "tau", "learn_tau", "eps", "logit_bound", "pad_to")
-OPTIONS = {
-    "dot": ("causal",),
-    "dense": _METRIC_OPTIONS,
-    "matroidal": (*_METRIC_OPTIONS, "m", "support", "support_seed", "theta_init"),
-}
+ATTENTION_KINDS = KINDS  # every registered kind (``register``), in registration order
 
 
 def build_attention(kind: str, d_model: int, n_heads: int, **options: Any) -> Attention:
     """``build_attention("matroidal", 128, 8, m=32, support="random", shared_qk=True)``.
 
-    Options: causal (all kinds, default True); for the metric kinds shared_qk (default
+    Any registered kind (``KINDS``); each takes the options its class lists. Options:
+    causal (all kinds, default True); for the metric kinds shared_qk (default
     True: the seed's one projection z for both sides), tau (default sqrt(d_head); with
     learn_tau=True its starting value, then learned per head as log tau), eps
     (default 1e-4), logit_bound ("auto": none with shared_qk, 1e3 with separate q/k;
@@ -52,11 +47,10 @@ def build_attention(kind: str, d_model: int, n_heads: int, **options: Any) -> At
     SUPPORT_RULES, default "random"), support_seed, theta_init (default: l_e = d_head /
     (2m), so that trace(M) matches the identity's).
     """
-    check_choice("kind", kind, ATTENTION_KINDS)
-    unknown = sorted(set(options) - set(OPTIONS[kind]))
+    cls = KINDS[check_choice("kind", kind, KINDS)]
+    unknown = sorted(set(options) - set(cls.options))
     if unknown:
         raise ValueError(
-            f"unknown option(s) {unknown} for kind={kind!r}; allowed options: {list(OPTIONS[kind])}"
+            f"unknown option(s) {unknown} for kind={kind!r}; allowed options: {list(cls.options)}"
         )
-    cls = {"dot": DotAttention, "dense": DenseAttention, "matroidal": MatroidalAttention}[kind]
     return cls(d_model, n_heads, **options)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from structattn_lite import names
 from structattn_lite.config import check_choice, check_int
 
 PATHS = ("fast", "reference")
@@ -74,6 +75,29 @@ class Attention(nn.Module):
     """
 
     kind = "base"
+    # What a registered variant declares (``register``): the options its constructor
+    # takes, and, for a kind names.py does not list, its display name and colour.
+    options: tuple[str, ...] = ("causal",)
+    display_name: str | None = None
+    color: str | None = None
+
+    @classmethod
+    def analytic_flops(
+        cls, batch: int, n_tokens: int, d_model: int, n_heads: int, *,
+        m: int | None = None, shared_qk: bool = True, path: str = "fast", width: int | None = None,
+    ) -> int:  # fmt: skip
+        """Forward matmul FLOPs of one module, term by term (2 per multiply-add): what
+        ``attention_flops`` measures must equal it. A variant that does not say cannot
+        be registered."""
+        raise NotImplementedError
+
+    @classmethod
+    def pairwise_flops(
+        cls, batch: int, n_tokens: int, d_model: int, n_heads: int, m: int | None = None
+    ) -> int:
+        """Elementwise FLOPs of the reference path's pairwise tensor, which torch's counter
+        does not see; 0 for a kind that forms none."""
+        return 0
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = True):
         super().__init__()
@@ -210,10 +234,45 @@ class Attention(nn.Module):
         self.fast_counts[MAX_ABS].copy_(torch.maximum(self.fast_counts[MAX_ABS], largest))
 
 
+# kind -> its class: every attention variant the study can build, configure, count and draw
+KINDS: dict[str, type[Attention]] = {}
+
+
+def register(cls: type[Attention]) -> type[Attention]:
+    """Register an attention variant (a class decorator). The class is all the study needs
+    of it: its ``kind`` (the config's and the records' key), the constructor ``options``
+    it takes, its FLOP count (``analytic_flops``; ``pairwise_flops`` where its reference
+    path forms a pairwise tensor) and, for a kind names.py does not list, its
+    ``display_name`` and ``color``. ``build_attention``, the configs' checks, the FLOP
+    audit and the figures read it from here."""
+    kind = cls.kind
+    if kind in KINDS and KINDS[kind].__qualname__ != cls.__qualname__:
+        raise ValueError(f"kind={kind!r} is already registered, by {KINDS[kind].__name__}")
+    if cls.analytic_flops.__func__ is Attention.analytic_flops.__func__:
+        raise TypeError(
+            f"{cls.__name__} must define analytic_flops (its FLOP count) to be registered"
+        )
+    key = names.variant_key(kind)  # its key with the default options
+    if cls.display_name is not None:
+        names.register_model(key, cls.display_name, cls.color)
+    names.style(key)  # named and coloured, here or in names.py: else a one-line error
+    KINDS[kind] = cls
+    return cls
+
+
+@register
 class DotAttention(Attention):
     """Standard scaled dot-product attention with separate W_q, W_k."""
 
     kind = "dot"
+
+    @classmethod
+    def analytic_flops(cls, batch, n_tokens, d_model, n_heads, *, m=None, shared_qk=True,
+                       path="fast", width=None) -> int:  # fmt: skip
+        """q, k, v, o projections (2 B N D^2 each); scores and weighted values (2 B H N^2 d
+        each), on either path (the math backend computes all N^2 scores even when causal)."""
+        B, N, D, H = batch, n_tokens, d_model, n_heads
+        return 2 * B * N * D * D * 4 + 2 * (2 * B * H * N * N * (D // H))
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = True):
         super().__init__(d_model, n_heads, causal)

@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from structattn_lite.config import check_choice, check_int
-from structattn_lite.models.attention import ATTENTION_KINDS, PATHS, Attention
+from structattn_lite.models.attention import KINDS, PATHS, Attention
 
 
 def measure_flops(fn: Callable[[], object], backward: bool = False) -> dict[str, int]:
@@ -53,43 +53,16 @@ def analytic_attention_flops(
     path: str = "fast",
     width: int | None = None,
 ) -> int:
-    """Forward matmul FLOPs of one attention module, term by term (2 per multiply-add).
-
-    Projections: 2 B N D^2 each (q, k, v, o for dot and separate q/k; z, v, o shared;
-    on the metric kinds' fast path v and o run at the kernel's width, 2 B N D H w each).
-    Fast path: forming M (matroidal (A l) A^T: 2 H d m d; dense L L^T: 2 H d^3), then
-    M z per distinct side (2 B H N d^2). Reference path: u = U^T z
-    per distinct side (2 B H N d r; r = m, or d for dense). Scores and weighted values:
-    2 B H N^2 w each, with w the width the kernel runs: d for dot, the folded width
-    (d + 2, or ``width`` after padding) on the fast path, d on the reference path. The
-    math backend and the reference path compute all N^2 scores even when causal.
-    """
-    check_choice("kind", kind, ATTENTION_KINDS)
+    """Forward matmul FLOPs of one attention module of a registered ``kind``, term by
+    term (2 per multiply-add): its class's ``analytic_flops``."""
+    cls = KINDS[check_choice("kind", kind, KINDS)]
     check_choice("path", path, PATHS)
-    B, N, D, H = batch, n_tokens, d_model, n_heads
-    d = D // H
-    sides = 1 if (shared_qk and kind != "dot") else 2
-    proj = 2 * B * N * D * D * (2 + sides)
-    if kind == "dot":
-        return proj + 2 * (2 * B * H * N * N * d)
-    r = d if kind == "dense" else (2 * d if m is None else m)
-    if path == "reference":
-        return proj + sides * 2 * B * H * N * d * r + 2 * B * H * N * N * d
-    w = d + 2 if width is None else width
-    proj += 2 * (2 * B * N * D * H * (w - d))  # v and o at the padded width
-    form = 2 * H * d * d * (d if kind == "dense" else r)
-    return proj + form + sides * 2 * B * H * N * d * d + 2 * (2 * B * H * N * N * w)
+    return cls.analytic_flops(batch, n_tokens, d_model, n_heads, m=m, shared_qk=shared_qk,
+                              path=path, width=width)  # fmt: skip
 
 
 def pairwise_flops(kind: str, batch: int, n_tokens: int, d_model: int, n_heads: int, m=None):
-    """Elementwise FLOPs of the reference path's pairwise terms (uncounted by torch).
-
-    Per query-key pair and head: r subtractions, squares, weightings and additions for
-    the support part, 3 d for the eps part; 0 for dot (it has no pairwise tensor).
-    """
-    check_choice("kind", kind, ATTENTION_KINDS)
-    if kind == "dot":
-        return 0
-    d = d_model // n_heads
-    r = d if kind == "dense" else (2 * d if m is None else m)
-    return batch * n_heads * n_tokens * n_tokens * (4 * r + 3 * d)
+    """Elementwise FLOPs of the reference path's pairwise terms (uncounted by torch): its
+    class's ``pairwise_flops`` (0 for a kind that forms no pairwise tensor)."""
+    cls = KINDS[check_choice("kind", kind, KINDS)]
+    return cls.pairwise_flops(batch, n_tokens, d_model, n_heads, m=m)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.models.attention_base import FALLBACKS, Attention
+from structattn_lite.models.attention_base import FALLBACKS, PATHS, Attention, register
 from structattn_lite.theory import SUPPORT_RULES, support_matrix
 
 # With separate q/k a fused kernel leaves a rounding residual in rows that are one-hot
@@ -42,6 +42,43 @@ class MetricAttention(Attention):
 
     Projections are bias-free: a shared bias would cancel in every difference anyway.
     """
+
+    options = ("causal", "shared_qk", "tau", "learn_tau", "eps", "logit_bound", "pad_to")
+
+    @classmethod
+    def rank(cls, d: int, m: int | None) -> int:
+        """r, the columns of M's factor U (M = U diag(l) U^T + eps I) per head."""
+        raise NotImplementedError
+
+    @classmethod
+    def analytic_flops(cls, batch, n_tokens, d_model, n_heads, *, m=None, shared_qk=True,
+                       path="fast", width=None) -> int:  # fmt: skip
+        """Projections: 2 B N D^2 each (z, or q and k; v, o); on the fast path v and o run
+        at the kernel's width, 2 B N D H w each. Fast path: forming M (2 H d r d), then
+        M z per distinct side (2 B H N d^2). Reference path: u = U^T z per distinct side
+        (2 B H N d r). Scores and weighted values: 2 B H N^2 w each, with w the folded
+        width (d + 2, or ``width`` after padding) on the fast path, d on the reference
+        path. The math backend and the reference path compute all N^2 scores even when
+        causal."""
+        check_choice("path", path, PATHS)
+        B, N, D, H = batch, n_tokens, d_model, n_heads
+        d = D // H
+        sides = 1 if shared_qk else 2
+        proj = 2 * B * N * D * D * (2 + sides)
+        r = cls.rank(d, m)
+        if path == "reference":
+            return proj + sides * 2 * B * H * N * d * r + 2 * B * H * N * N * d
+        w = d + 2 if width is None else width
+        proj += 2 * (2 * B * N * D * H * (w - d))  # v and o at the padded width
+        form = 2 * H * d * d * r
+        return proj + form + sides * 2 * B * H * N * d * d + 2 * (2 * B * H * N * N * w)
+
+    @classmethod
+    def pairwise_flops(cls, batch, n_tokens, d_model, n_heads, m=None) -> int:
+        """Per query-key pair and head: r subtractions, squares, weightings and additions
+        for the support part, 3 d for the eps part."""
+        d = d_model // n_heads
+        return batch * n_heads * n_tokens * n_tokens * (4 * cls.rank(d, m) + 3 * d)
 
     def __init__(
         self,
@@ -273,10 +310,15 @@ class _RowSumZero(torch.autograd.Function):
         return torch.addcmul(dq, r, k, value=-1), torch.addcmul(dk, r, q, value=-1), None
 
 
+@register
 class DenseAttention(MetricAttention):
     """A learned full metric per head: M = L L^T + eps I (L lower-triangular, from I)."""
 
     kind = "dense"
+
+    @classmethod
+    def rank(cls, d: int, m: int | None) -> int:
+        return d
 
     def __init__(self, d_model: int, n_heads: int, **options: Any):
         super().__init__(d_model, n_heads, **options)
@@ -304,10 +346,16 @@ class DenseAttention(MetricAttention):
         return [self.l_params, *super().metric_parameters()]
 
 
+@register
 class MatroidalAttention(MetricAttention):
     """M = A diag(l) A^T + eps I, A a fixed graph-incidence support, l = softplus(theta)."""
 
     kind = "matroidal"
+    options = (*MetricAttention.options, "m", "support", "support_seed", "theta_init")
+
+    @classmethod
+    def rank(cls, d: int, m: int | None) -> int:
+        return 2 * d if m is None else m
 
     def __init__(
         self,

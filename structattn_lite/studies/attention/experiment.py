@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from structattn_lite import config as cfgmod
+from structattn_lite import names
 from structattn_lite.config import check_bools, check_choice, check_int, check_number, check_seed
 from structattn_lite.data import FALLBACK_LABEL, cifar10_available, ptb_available
 from structattn_lite.data.text import missing_ptb
@@ -39,7 +40,7 @@ from structattn_lite.models.attention_checks import (
 )
 from structattn_lite.models.lm import CharLM, LMConfig, PatchClassifier, parameter_report
 from structattn_lite.records import RunRecord, config_dict, config_hash
-from structattn_lite.studies.attention import grids, results
+from structattn_lite.studies.attention import results
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
     GRIDS,
@@ -119,18 +120,18 @@ def with_recipe(cfg: Config, **changes) -> Config:
 
 
 def attention_options(cfg: Config) -> dict[str, Any]:
-    if cfg.kind == "dot":
-        return {}
-    opts = {"shared_qk": cfg.shared_qk, "tau": cfg.tau, "eps": cfg.eps, "learn_tau": cfg.learn_tau}
-    if cfg.kind == "matroidal":
-        opts.update(m=cfg.m, support=cfg.support, support_seed=cfg.seed)
-    return opts
+    """The config's fields that its kind's class takes (``options``), by their names there."""
+    fields = {"shared_qk": cfg.shared_qk, "tau": cfg.tau, "eps": cfg.eps,
+              "learn_tau": cfg.learn_tau, "m": cfg.m, "support": cfg.support,
+              "support_seed": cfg.seed}  # fmt: skip
+    takes = ATTENTION_KINDS[cfg.kind].options
+    return {name: value for name, value in fields.items() if name in takes}
 
 
 def variant_label(cfg: Config | dict) -> str:
     """ "dot", "dense", "matroidal m=2d", with " (sep q/k)" for separate projections."""
     c = cfg if isinstance(cfg, dict) else config_dict(cfg)
-    return grids.label(c["kind"], c["shared_qk"], c["m"], c["d_model"] // c["n_heads"])
+    return names.variant_key(c["kind"], c["shared_qk"], c["m"], c["d_model"] // c["n_heads"])
 
 
 def variant_key(cfg: Config | dict) -> str:

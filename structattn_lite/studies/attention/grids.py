@@ -34,19 +34,6 @@ _DIGITS = {"d_model": 64, "n_heads": 4, "n_layers": 2, "batch_size": 64}
 _DIGITS_RECIPE = {"max_steps": 400, "warmup_steps": 40, "eval_every": 50, "check_every": 10}
 
 
-def label(kind: str, shared: bool, m: int | None = None, d_head: int = 1) -> str:
-    """A variant's key in tables and records: "dot", "dense", "matroidal m=2d" (m as a
-    multiple of d_head where it is one), with " (sep q/k)" for separate projections. A
-    grid's (kind, factor, shared) is ``label(kind, shared, factor)``."""
-    out = kind
-    if kind == "matroidal":
-        m = m or 2 * d_head
-        out += f" m={m // d_head}d" if m % d_head == 0 else f" m={m}"
-    if kind != "dot" and not shared:
-        out += " (sep q/k)"
-    return out
-
-
 def heads_for(d_model: int, factor: int = 2, most: int = 8) -> int:
     """The most heads (at most ``most``) whose width w leaves room for m = factor * w
     distinct incidence columns: a graph on w nodes has w (w - 1) / 2 edges."""
