@@ -217,6 +217,19 @@ def register_model(key: str, name: str, color: str) -> Entry:
     return added
 
 
+def register(key: str, added: Entry) -> Entry:
+    """Register a key that the tables above lack (a registered task does this for itself:
+    its name, column title, metric, metric name and chance level). Registering a key
+    again with the same entry changes nothing; with another it is a one-line error."""
+    if key in ENTRIES and ENTRIES[key] != added:
+        raise ValueError(
+            f"key={key!r} is registered as {ENTRIES[key].name!r}; not again as {added.name!r}"
+        )
+    ENTRIES[key] = added
+    DISPLAY_NAMES[key] = added.name
+    return added
+
+
 def entry(key: str) -> Entry:
     """The registered entry of ``key``; an unregistered key is a one-line error."""
     if key not in ENTRIES:

@@ -1,7 +1,8 @@
-"""Extension by registration: a new attention variant is one registered class. This test
-defines one inside itself (a dot product whose queries and keys share one projection),
-registers it, and runs it through a grid, the FLOP audit, the tables and a figure with
-no file of the package edited. A kind nobody registered is a one-line error."""
+"""Extension by registration: a new attention variant is one registered class, a new task
+one registry row. Each test defines its own inside itself (a dot product whose queries
+and keys share one projection; "more ones than zeros so far"), registers it, and runs it
+through a grid, the FLOP audit or the gap report, the tables and a figure with no file
+of the package edited. A name nobody registered is a one-line error."""
 
 from __future__ import annotations
 
@@ -54,14 +55,17 @@ class SharedDot(Attention):
 def registry(monkeypatch):
     """The attention and names registries, restored after the test: what it registers
     stays inside it."""
+    from structattn_lite.data import sizes, tasks
+
     for table in ("ENTRIES", "DISPLAY_NAMES", "_STYLES", "_MODELS"):
         value = getattr(names, table)
         monkeypatch.setattr(names, table, value.copy())
-    monkeypatch.setattr(attention_base, "KINDS", KINDS)  # the one dict every module reads
-    before = dict(KINDS)
+    assert attention_base.KINDS is KINDS  # the one dict every module reads
+    saved = [(table, dict(table)) for table in (KINDS, tasks.TASKS, sizes.PAPER_N)]
     yield
-    KINDS.clear()
-    KINDS.update(before)
+    for table, before in saved:
+        table.clear()
+        table.update(before)
 
 
 def test_an_unregistered_kind_is_a_one_line_error(registry):
@@ -133,3 +137,66 @@ def test_a_registered_variant_runs_through_a_grid_the_flop_audit_the_tables_and_
     titles = [ax.get_title() for ax in fig.axes]
     assert any(NAME.split(",")[0] in t for t in titles)
     assert not any(KIND in t for t in titles)
+
+
+# --- a task ------------------------------------------------------------------------------
+
+TASK = "toy_majority"
+TASK_NAME = "toy: more ones than zeros"
+
+
+def majority_task():
+    from structattn_lite.data.tasks import Task
+
+    class Majority(Task):
+        """1 after a prefix holding more ones than zeros."""
+
+        name = TASK
+
+        def prefix_labels(self, x):
+            return ((2 * x - 1).cumsum(1) > 0).long()
+
+    return Majority
+
+
+def test_an_unregistered_task_is_a_one_line_error(registry):
+    from structattn_lite.data.tasks import make_task
+    from structattn_lite.training.state_tracking import CSPRun
+
+    for attempt in (lambda: make_task(TASK), lambda: CSPRun(task=TASK), lambda: names.chance(TASK)):
+        with pytest.raises(ValueError) as err:
+            attempt()
+        assert TASK in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def test_a_registered_task_runs_through_a_grid_the_gap_report_and_a_figure(
+    registry, monkeypatch, tmp_path
+):
+    from structattn_lite.data.tasks import make_task, register_task
+    from structattn_lite.records import RunStore
+    from structattn_lite.report import in_words
+    from structattn_lite.runs import sweep
+    from structattn_lite.studies.grokking import experiment as grokking
+    from structattn_lite.studies.grokking.report import grokking_figure, summarize
+
+    Majority = majority_task()
+    with pytest.raises(ValueError, match=TASK):  # no name here or in names.py
+        register_task(TASK, Majority)
+    register_task(TASK, Majority, name=TASK_NAME, chance=0.5, paper_n=300)
+    with pytest.raises(ValueError, match="option"):
+        make_task(TASK, k=3)  # its row allows no options
+    monkeypatch.setitem(grokking.GRIDS, "toy", {
+        **grokking.GRIDS["smoke"], "tasks": (TASK,), "presets": ("paper",), "epochs": 3,
+        "n": None,  # the paper's n: the row's
+    })  # fmt: skip
+    configs = grokking.grid("toy")
+    assert [c.task for c in configs] == [TASK] and configs[0].n == 300
+    records = sweep("grokking", configs, progress=False, store=RunStore(tmp_path / "runs"))
+    assert [r.status for r in records] == ["ok"] and len(records[0].history) == 3
+
+    table = in_words(summarize(records))
+    assert TASK_NAME in table.to_string() and TASK not in table.to_string()
+    fig = grokking_figure(records, TASK)
+    text = " ".join([fig._suptitle.get_text() if fig._suptitle else ""]
+                    + [ax.get_title() for ax in fig.axes])  # fmt: skip
+    assert TASK_NAME in text and TASK not in text

@@ -13,22 +13,15 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from structattn_lite import names
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.data.sizes import PAPER_LENGTH, PAPER_N  # noqa: F401 (re-exported)
 
-TASKS = ("parity", "mod3", "modk", "dyck1", "mod3_authors", "dyck1_authors")
-# The options each task's constructor takes (anything else is a clear error).
-TASK_OPTIONS = {
-    "parity": (),
-    "mod3": ("target",),
-    "modk": ("k", "target"),
-    "dyck1": ("balanced", "negatives", "label"),
-    "mod3_authors": ("vocab_size",),
-    "dyck1_authors": ("min_length",),
-}
 LABELS = ("sequence", "prefix")
 IGNORE_INDEX = -100  # label of padded positions; cross-entropy skips it
 
@@ -402,26 +395,69 @@ class AuthorsDyck1(Task):
         return labels.masked_fill(x == self.pad, IGNORE_INDEX)
 
 
+# --- the registry: one row per task ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A registered task: what builds it (its class, or a partial of it) and the options
+    its constructor takes."""
+
+    make: Callable[..., Task]
+    options: tuple[str, ...] = ()
+
+    @property
+    def cls(self) -> type[Task]:
+        return self.make.func if isinstance(self.make, functools.partial) else self.make
+
+
+TASKS: dict[str, TaskRow] = {}  # task -> its row, in registration order
+
+
+def register_task(
+    task: str, make: Callable[..., Task], options: tuple[str, ...] = (), *,
+    name: str | None = None, metric: str = "test_seq_acc", metric_name: str = "accuracy",
+    chance: float | None = None, title: str | None = None, paper_n: int | None = None,
+) -> TaskRow:  # fmt: skip
+    """Register a task: one row holds everything the study needs of it. ``make`` and
+    ``options`` build it; for a task names.py does not list, ``name`` (its display
+    name), ``metric`` (the record column it is scored on) with ``metric_name``,
+    ``chance`` (the majority class of the whole string) and ``title`` (a table's column
+    title) go to names.py; ``paper_n``: its strings at the paper's sizes."""
+    if task in TASKS and TASKS[task].make is not make:
+        raise ValueError(f"task={task!r} is already registered")
+    if name is not None:
+        title = title or f"{name} ({'acc' if metric_name == 'accuracy' else metric_name})"
+        names.register(task, names.Entry(name, title=title, metric=metric,
+                                         metric_name=metric_name, chance=chance))  # fmt: skip
+    names.display_name(task)  # named, here or in names.py: else a one-line error
+    if paper_n is not None:
+        PAPER_N[task] = check_int("paper_n", paper_n, minimum=1)
+    TASKS[task] = row = TaskRow(make, tuple(options))
+    return row
+
+
+register_task("parity", Parity)
+register_task("mod3", functools.partial(ModK, k=3), ("target",))
+register_task("modk", ModK, ("k", "target"))
+register_task("dyck1", Dyck1, ("balanced", "negatives", "label"))
+register_task("mod3_authors", Mod3Authors, ("vocab_size",))
+register_task("dyck1_authors", AuthorsDyck1, ("min_length",))
+
+
 def make_task(task: str, **options) -> Task:
-    """Name-to-constructor table; options go to the task's constructor (see TASK_OPTIONS)."""
-    check_choice("task", task, TASKS)
-    allowed = list(TASK_OPTIONS[task])
-    for name in options:
-        if name not in allowed:
+    """A registered task built with ``options`` (each one its row allows)."""
+    row = TASKS[check_choice("task", task, TASKS)]
+    for option in options:
+        if option not in row.options:
             raise ValueError(
-                f"task option={name!r} is not allowed for task {task!r}; "
-                + (f"choose one of {allowed}" if allowed else "it takes no options")
+                f"task option={option!r} is not allowed for task {task!r}; "
+                + (f"choose one of {list(row.options)}" if row.options else "it takes no options")
             )
-    return _CONSTRUCTORS[task](**options)
-
-
-_CONSTRUCTORS = {"parity": Parity, "mod3": functools.partial(ModK, k=3), "modk": ModK,
-                 "dyck1": Dyck1, "mod3_authors": Mod3Authors, "dyck1_authors": AuthorsDyck1}  # fmt: skip
+    return row.make(**options)
 
 
 def task_class(task: str) -> type[Task]:
     """The class behind a task's name: what every task of it shares (``length_step``,
     ``n_classes``), read without building one."""
-    check_choice("task", task, TASKS)
-    found = _CONSTRUCTORS[task]
-    return found.func if isinstance(found, functools.partial) else found
+    return TASKS[check_choice("task", task, TASKS)].cls
