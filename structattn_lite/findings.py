@@ -31,10 +31,9 @@ from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
 from structattn_lite.report import VERDICT_COLOR, figure_bytes, figure_size, save_figure
-from structattn_lite.studies.grokking.experiment import committed_records
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
-from structattn_lite.studies.length.authors import AUTHORS_TASK
-from structattn_lite.studies.length.grids import GRIDS
+from structattn_lite.studies.grokking.results import committed_records
+from structattn_lite.studies.length.grids import AUTHORS_TASK, GRIDS
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 LEDGER_MD = "LEDGER.md"  # the whole ledger, at the repository's root

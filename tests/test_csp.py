@@ -97,7 +97,7 @@ def test_invalid_model_options_are_rejected(options, match):
 def test_a_run_with_a_bad_model_fails_when_made_without_building_a_model(
     changes, match, monkeypatch
 ):
-    import structattn_lite.models as models
+    import structattn_lite.models.build as models
 
     def no_model(*args, **kwargs):
         raise AssertionError("CSPRun built a model to check itself")

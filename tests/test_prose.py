@@ -11,7 +11,7 @@ from structattn_lite import claims, findings, stats
 from structattn_lite.studies.ablations.grids import PAPER_TABLE3, PAPER_TABLE4
 from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP
 from structattn_lite.studies.length.experiment import GRIDS as LENGTH_GRIDS
-from structattn_lite.studies.length.report import AUTHORS
+from structattn_lite.studies.length.grids import AUTHORS
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("parity", "mod3", "dyck1")

@@ -18,8 +18,8 @@ from structattn_lite.claims import committed, ledger
 from structattn_lite.claims.csp import GAP_COMMAND
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.report import VERDICT_COLOR, figure_size
-from structattn_lite.studies.grokking.experiment import committed_records
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
+from structattn_lite.studies.grokking.results import committed_records
 
 
 def _number(x, digits: int = 3) -> str:

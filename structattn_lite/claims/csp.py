@@ -20,7 +20,7 @@ from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import PAPER_TASKS, display_name
 from structattn_lite.studies.ablations.grids import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
 from structattn_lite.studies.ablations.report import load_results
-from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, committed_records
+from structattn_lite.studies.grokking.grids import PAPER_GROKKING_GAP
 from structattn_lite.studies.grokking.report import (
     GAP_METRIC,
     PLATEAU_ABOVE_CHANCE,
@@ -29,6 +29,7 @@ from structattn_lite.studies.grokking.report import (
     seed_gaps,
     spike_epoch,
 )
+from structattn_lite.studies.grokking.results import committed_records
 
 # --- the CSP paper: Tables 3 and 4 -------------------------------------------------------
 

@@ -9,9 +9,13 @@ from structattn_lite import stats
 from structattn_lite.claims.rows import published_row, read
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name
-from structattn_lite.studies.length.authors import AUTHORS_TASK
-from structattn_lite.studies.length.grids import GRAZZI_TEST_LENGTHS, GRAZZI_VAL_LENGTHS, GRIDS
-from structattn_lite.studies.length.report import AUTHORS
+from structattn_lite.studies.length.grids import (
+    AUTHORS,
+    AUTHORS_TASK,
+    GRAZZI_TEST_LENGTHS,
+    GRAZZI_VAL_LENGTHS,
+    GRIDS,
+)
 from structattn_lite.studies.length.results import at_chosen_rates, chosen_rates
 
 # --- the authors' README length table, and the wider field ------------------------------

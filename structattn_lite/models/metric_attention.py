@@ -29,7 +29,7 @@ from torch import nn
 
 from structattn_lite.config import check_choice, check_int, check_number
 from structattn_lite.models.attention_base import FALLBACKS, PATHS, Attention, register
-from structattn_lite.theory import SUPPORT_RULES, support_matrix
+from structattn_lite.theory.support import SUPPORT_RULES, support_matrix
 
 # With separate q/k a fused kernel leaves a rounding residual in rows that are one-hot
 # to float32 precision, which the folded q~, k~ amplify; past this folded-logit size

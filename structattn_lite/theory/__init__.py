@@ -6,42 +6,51 @@ terms, the identities the notebook checks and the folded (fast) attention logits
 ``unimodularity`` decides total unimodularity exactly; ``explorer`` draws it all.
 """
 
-from structattn_lite.theory.metric import (
-    all_ones_residual,
-    condition_number,
-    folded_logits,
-    folded_qk,
-    identity_report,
-    laplacian_identity_gap,
-    metric_matrix,
-    metric_spectrum,
-    pairwise_logits_reference,
-    quadratic_form_identity_gap,
-    rank_one_terms,
-    sdpa_output_gap,
-    softmax_gap,
-    weighted_laplacian,
-)
-from structattn_lite.theory.support import (
-    SUPPORT_RULES,
-    incidence_matrix,
-    max_support_edges,
-    random_weights,
-    support_edges,
-    support_matrix,
-)
-from structattn_lite.theory.unimodularity import (
-    CRITERIA,
-    DEFAULT_MAX_MINORS,
-    TUCertificate,
-    TUViolation,
-    as_integer_matrix,
-    count_square_submatrices,
-    exact_det,
-    exhaustive_tu_violation,
-    ghouila_houri,
-    is_totally_unimodular,
-    tu_certificate,
-    tu_examples,
-    tu_violation,
-)
+from __future__ import annotations
+
+import importlib
+
+# name -> the submodule that holds it: each loads on first use, so a module that needs
+# only the support (the attention kinds) does not load the algebra or the TU checks
+_HOMES = {
+    "all_ones_residual": "metric",
+    "condition_number": "metric",
+    "folded_logits": "metric",
+    "folded_qk": "metric",
+    "identity_report": "metric",
+    "laplacian_identity_gap": "metric",
+    "metric_matrix": "metric",
+    "metric_spectrum": "metric",
+    "pairwise_logits_reference": "metric",
+    "quadratic_form_identity_gap": "metric",
+    "rank_one_terms": "metric",
+    "sdpa_output_gap": "metric",
+    "softmax_gap": "metric",
+    "weighted_laplacian": "metric",
+    "SUPPORT_RULES": "support",
+    "incidence_matrix": "support",
+    "max_support_edges": "support",
+    "random_weights": "support",
+    "support_edges": "support",
+    "support_matrix": "support",
+    "CRITERIA": "unimodularity",
+    "DEFAULT_MAX_MINORS": "unimodularity",
+    "TUCertificate": "unimodularity",
+    "TUViolation": "unimodularity",
+    "as_integer_matrix": "unimodularity",
+    "count_square_submatrices": "unimodularity",
+    "exact_det": "unimodularity",
+    "exhaustive_tu_violation": "unimodularity",
+    "ghouila_houri": "unimodularity",
+    "is_totally_unimodular": "unimodularity",
+    "tu_certificate": "unimodularity",
+    "tu_examples": "unimodularity",
+    "tu_violation": "unimodularity",
+}
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -48,7 +48,7 @@ from structattn_lite.studies.attention.grids import (
     variant_configs,
 )
 from structattn_lite.studies.attention.recipe import Recipe, train
-from structattn_lite.theory import SUPPORT_RULES
+from structattn_lite.theory.support import SUPPORT_RULES
 
 EXPERIMENT = "attention"
 DATASETS = ("ptb", "fallback", *IMAGE_DATASETS)

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from structattn_lite import config
 from structattn_lite.config import results_dir
-from structattn_lite.records import RunRecord, config_hash, export_histories, load_histories
+from structattn_lite.records import RunRecord, config_hash, export_histories
 from structattn_lite.studies.grokking.grids import (  # noqa: F401 (re-exported)
     COMMITTED_CSV,
     GRIDS,
     PAPER_GROKKING_GAP,
     PAPER_SEEDS,
 )
+from structattn_lite.studies.grokking.results import committed_records
 from structattn_lite.training.protocols import protocol_run
 from structattn_lite.training.state_tracking import (
     EXPERIMENT,
@@ -53,15 +54,6 @@ def grid(name: str) -> list[CSPRun]:
         return paper_setting_run(task, preset, seed, n=spec["n"], **fields)
 
     return [run(t, p, s) for t in spec["tasks"] for p in spec["presets"] for s in spec["seeds"]]
-
-
-def committed_records(grid: str = "gap", missing_ok: bool = True) -> list[RunRecord]:
-    """A committed grid's records (data/results); [] when they are not there and
-    ``missing_ok``, else a FileNotFoundError naming the file (the notebooks' way)."""
-    path = results_dir() / COMMITTED_CSV[config.check_choice("grid", grid, COMMITTED_CSV)]
-    if not path.exists() and not missing_ok:
-        raise config.missing_committed(path)
-    return load_histories(path) if path.exists() else []
 
 
 grid_runs = grid  # for export, whose parameter ``grid`` (a name) shadows the function

@@ -23,7 +23,7 @@ from structattn_lite.report import (
     ledger_rows,
     model_style,
 )
-from structattn_lite.studies.grokking.experiment import PAPER_GROKKING_GAP, PAPER_SEEDS
+from structattn_lite.studies.grokking.grids import PAPER_GROKKING_GAP, PAPER_SEEDS
 
 # The gap and the jump are read on whole-string test accuracy for every preset (the
 # paper's metric), so a per-prefix run is not scored on an easier number than a

@@ -18,9 +18,7 @@ from structattn_lite.report import (
     model_style,
     seed_band,
 )
-from structattn_lite.studies.length.report import AUTHORS
-
-AUTHORS_TASK = {"parity": "parity", "mod3_authors": "mod3", "dyck1_authors": "dyck1"}
+from structattn_lite.studies.length.grids import AUTHORS, AUTHORS_TASK
 
 
 def authors_table(curves: pd.DataFrame, lengths=(16, 32, 64)) -> pd.DataFrame:
