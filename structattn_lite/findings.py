@@ -63,6 +63,18 @@ IN_SHORT = [
      "F1 0; on parity and mod-3 it stays at chance (notebook 04; the paper prints no number "
      "there, so those cells are no ledger rows).", ["table4/with/layernorm/dyck1"]),
     ("CSP, the paper's tables",
+     "Section 3.3.2 on the full model, on fresh runs after their rules: taking the skip out "
+     "costs no accuracy on any task (with minus without: {ablation/skip_in_full/parity|ours:+.3f} "
+     "on parity, {ablation/skip_in_full/mod3|ours:+.3f} on mod-3, "
+     "{ablation/skip_in_full/dyck1|ours:+.3f} on parentheses), and neither does moving the SiLU "
+     "inside every step on mod-3 and parentheses.",
+     ["ablation/skip_in_full/*", "ablation/step_silu_in_full/mod3",
+      "ablation/step_silu_in_full/dyck1"]),
+    ("CSP, the paper's tables",
+     "On parity the per-step SiLU's loss ({ablation/step_silu_in_full/parity|ours:+.3f}, "
+     "interval up to {ablation/step_silu_in_full/parity|high:+.3f}) is too uncertain to say "
+     "whether it reaches 0.02.", ["ablation/step_silu_in_full/parity"]),
+    ("CSP, the paper's tables",
      "Trained with cross-entropy instead of focal loss, the model still solves mod-3 and "
      "parentheses, where Table 3 prints failures (parity has no published number); focal "
      "loss gains nothing over it here.",

@@ -223,4 +223,5 @@ def test_the_papers_a_beats_b_claims_are_ledger_rows_on_the_cells_seeds(monkeypa
     assert rows["ablation/rotation/mod3"]["verdict"] == "not reproduced"  # a tie
     silu = rows["ablation/skip/dyck1"]  # B: 1 trained seed, 4 diverged
     assert silu["verdict"] == "undecided" and silu["seeds"] == 10
-    assert "B 0.400 over 1 (4 diverged)" in silu["reason"] and "3.3.2" in silu["reason"]
+    assert "B 0.400 over 1 (4 diverged)" in silu["reason"]
+    assert "`ablation/skip_in_full/dyck1` asks it of the full model" in silu["reason"]

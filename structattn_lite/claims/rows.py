@@ -71,6 +71,7 @@ _TIMED = {
     "fresh (attention)": ("attention_fresh_runs.csv", "cpu_seconds"),
     "fresh_bf16 (attention)": ("attention_fresh_bf16_runs.csv", "cpu_seconds"),
     "paper_text": ("csp_ablations_paper_text.csv", "seconds"),
+    "paper_332 (+ paper_text)": ("csp_ablations_paper_332.csv", "seconds"),
     "gap": ("csp_grokking_gap.csv.gz", "extra"),
 }  # fmt: skip
 

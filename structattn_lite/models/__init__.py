@@ -1,4 +1,4 @@
-"""The models: the state-tracking study's (the text's CSP, the authors' revisions of it
+"""The models: the state-tracking study's (the text's CSP, its authors' revisions
 and the baselines; built by ``build``) and the attention kinds (``attention``, each a
 registered class).
 
