@@ -30,7 +30,14 @@ from structattn_lite.claims.rules import CONFIRMATORY, EXPLORATORY
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.config import figures_dir, repo_root, results_dir
 from structattn_lite.names import display_name
-from structattn_lite.report import VERDICT_COLOR, figure_bytes, figure_size, save_figure
+from structattn_lite.report import (
+    BAND,
+    VERDICT_COLOR,
+    figure_bytes,
+    figure_size,
+    length_panel,
+    save_figure,
+)
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
 from structattn_lite.studies.grokking.results import committed_records
 from structattn_lite.studies.length.grids import AUTHORS_TASK, GRIDS
@@ -512,20 +519,15 @@ LENGTH_MODELS = ("lstm", "gru", "transformer", "diag_rnn", "diag_rnn_neg", "csp_
 
 
 def length_figure():
-    """Parity far past the training length (16): whole-string accuracy, mean over seeds."""
+    """Parity far past the training length (16): whole-string accuracy (``length_panel``:
+    mean over seeds, 95% t band)."""
     curves = pd.read_csv(results_dir() / "length_generalization.csv.gz")
     parity = curves[curves["task"] == "parity"]
     fig, ax = plt.subplots(figsize=figure_size(1, height=2.3))
-    for model in LENGTH_MODELS:
-        at = parity[parity["model"] == model].groupby("length")["seq_acc"].mean()
-        style = names.style(model)
-        ax.plot(at.index, at.values, color=style["color"], marker=style["marker"], ms=2.5,
-                markevery=4, lw=1, label=style["name"])  # fmt: skip
-    ax.axvline(16, color="#555555", ls=":", lw=0.6)
-    ax.set_xscale("log", base=2)
+    length_panel(ax, parity, "seq_acc", models=LENGTH_MODELS, trained_to=16)
     ax.set_xlabel("string length (trained at 16)")
     ax.set_ylabel("whole-string accuracy, parity")
-    ax.legend(fontsize=6, loc="lower left")
+    ax.legend(fontsize=6, loc="lower left", title=BAND.replace("; ", "\n"), title_fontsize=5)
     fig.tight_layout()
     return fig
 

@@ -95,6 +95,34 @@ def seed_band(values: pd.Series, by: pd.Series) -> tuple[pd.Series, pd.Series, p
     return frame["mean"], low, high
 
 
+BAND = "lines: mean over seeds; bands: 95% t interval over seeds"  # what every band is
+
+
+def length_panel(ax, curves: pd.DataFrame, metric: str, *, models=None,
+                 trained_to: float | None = None, published: dict | None = None,
+                 ylim=(-0.02, 1.04)) -> None:  # fmt: skip
+    """Accuracy against evaluation length on one panel, the one way every figure draws it:
+    per model (``curves``' "model", in ``models``' order) its mean over seeds with the 95%
+    t band (``seed_band``), in its colour, dash and marker from names.py; a dotted line at
+    the training length ``trained_to``; ``published`` ({label: (lengths, values)}) as
+    black points; lengths on a log2 axis. Say ``BAND`` on the figure."""
+    for model in models or list(dict.fromkeys(curves["model"])):
+        runs = curves[curves["model"] == model]
+        if runs.empty:
+            continue
+        mean, low, high = seed_band(runs[metric], runs["length"])
+        style = model_style(model)
+        ax.plot(mean.index, mean.values, color=style["color"], ls=style["ls"],
+                marker=style["marker"], markevery=0.12, ms=3, lw=1, label=style["name"])  # fmt: skip
+        ax.fill_between(mean.index, low, high, color=style["color"], alpha=0.15, lw=0)
+    if trained_to is not None:
+        ax.axvline(trained_to, color="grey", ls=":", lw=1)
+    for label, (lengths, values) in (published or {}).items():
+        ax.plot(lengths, values, "o", color="black", ms=3.5, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="evaluation length L", ylim=ylim)
+
+
 def count_range(counts: pd.Series) -> str:
     """The range of ``counts`` (seeds per cell, say): "5" when all are 5, else "3-5"."""
     low, high = counts.min(), counts.max()

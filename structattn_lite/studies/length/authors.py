@@ -11,12 +11,12 @@ import pandas as pd
 
 from structattn_lite.names import display_name
 from structattn_lite.report import (
+    BAND,
     NO_ROW,
     figure_size,
     ledger_interval,
     ledger_rows,
-    model_style,
-    seed_band,
+    length_panel,
 )
 from structattn_lite.studies.length.grids import AUTHORS, AUTHORS_TASK
 
@@ -51,33 +51,23 @@ def authors_table(curves: pd.DataFrame, lengths=(16, 32, 64)) -> pd.DataFrame:
 
 
 def authors_figure(curves: pd.DataFrame):
-    """All-positions accuracy against evaluation length, one panel per task: our mean with
-    its 95% t band over seeds (in the model's ``report.MODEL_STYLE`` colour), their README
-    numbers as points."""
+    """All-positions accuracy against evaluation length, one panel per task
+    (``length_panel``: our mean with its 95% t band over seeds), their README numbers as
+    points."""
     tasks = list(dict.fromkeys(curves["task"]))
     fig, axes = plt.subplots(
         1, len(tasks), figsize=figure_size(2, height=2.6), squeeze=False, layout="constrained"
     )
     for ax, task in zip(axes[0], tasks, strict=True):
         at = curves[curves["task"] == task]
-        style = model_style(at["model"].iloc[0])
-        mean, *band = seed_band(at["all_acc"], at["length"])
-        label = f"ours (mean, 95% band): {style['name']}"
-        ax.plot(mean.index, mean.values, color=style["color"], lw=1.2, label=label)
-        ax.fill_between(mean.index, *band, color=style["color"], alpha=0.2, lw=0)
         published = AUTHORS.get(AUTHORS_TASK.get(task, task), {}).get("CSP-Vanilla")
-        if published:
-            ax.plot((16, 32, 64), published, "o", color="black", ms=3.5, label="authors' README")
-        ax.axvline(16, color="grey", ls=":", lw=1)
-        ax.set(
-            title=display_name(AUTHORS_TASK.get(task, task)),
-            xlabel="evaluation length L",
-            ylim=(0.4, 1.02),
-        )
-        ax.set_xscale("log", base=2)
+        length_panel(ax, at, "all_acc", trained_to=16, ylim=(0.4, 1.02),
+                     published={"authors' README": ((16, 32, 64), published)} if published else None)  # fmt: skip
+        ax.set_title(display_name(AUTHORS_TASK.get(task, task)))
     axes[0][0].set_ylabel("accuracy, all positions")
     legend = {}  # one entry per label, below the panels and not over a curve
     for ax in axes[0]:
         legend |= dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
-    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=2, fontsize=7)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=2, fontsize=7,
+               title=BAND, title_fontsize=7)  # fmt: skip
     return fig

@@ -17,12 +17,13 @@ from structattn_lite import stats
 from structattn_lite.config import missing_committed, results_dir
 from structattn_lite.names import PAPER_TASKS, display_name
 from structattn_lite.report import (
+    BAND,
     browser,
     count_range,
     figure_size,
+    length_panel,
     model_handles,
     model_style,
-    seed_band,
 )
 from structattn_lite.studies.length.grids import (
     AUTHORS,
@@ -184,23 +185,14 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
         for j, task in enumerate(tasks):
             ax = axes[i][j]
             sub = curves[(curves["task"] == task) & (curves["protocol"] == proto)]
-            for model in models:
-                runs = sub[sub["model"] == model]
-                if len(runs):
-                    m, *band = seed_band(runs[metric], runs["length"])
-                    style = model_style(model)
-                    ax.plot(m.index, m.values, lw=1, markevery=0.12, color=style["color"],
-                            ls=style["ls"], marker=style["marker"])  # fmt: skip
-                    ax.fill_between(m.index, *band, color=style["color"], alpha=0.12, lw=0)
-            ax.axvline(16 if proto == "fixed" else 40, color="grey", ls=":", lw=1)
-            ax.set_xscale("log", base=2)
-            ax.set(ylim=(-0.02, 1.04), xlabel="evaluation length L")
+            length_panel(ax, sub, metric, models=models, trained_to=16 if proto == "fixed" else 40)
             ax.set_title(f"{display_name(task)}, {proto} protocol")
             if j == 0:
                 ax.set_ylabel(
                     "accuracy: " + METRICS[metric].split(" (")[0].replace("positions ", "")
                 )
-    fig.legend(handles=model_handles(models), loc="outside lower center", ncols=min(len(models), 4))
+    fig.legend(handles=model_handles(models), loc="outside lower center", ncols=min(len(models), 4),
+               title=BAND, title_fontsize=7)  # fmt: skip
     return fig
 
 
@@ -323,8 +315,8 @@ def grazzi_table(curves: pd.DataFrame) -> pd.DataFrame:
 
 def grazzi_figure(curves: pd.DataFrame):
     """Left: each model's validation accuracy (lengths 64..128) against the rate, its
-    choice ringed; right: whole-string accuracy against length at the chosen rate, mean
-    over seeds with each seed as a dot; the training lengths shaded."""
+    choice ringed; right: whole-string accuracy against length at the chosen rate
+    (``length_panel``: mean over seeds, 95% t band); the training lengths shaded."""
     rates, chosen = chosen_rates(curves), at_chosen_rates(curves)
     models = list(dict.fromkeys(curves["model"]))
     fig, (left, right) = plt.subplots(
@@ -338,23 +330,18 @@ def grazzi_figure(curves: pd.DataFrame):
         pick = g[g["chosen"]]
         left.scatter(pick["lr"], pick["val_acc"], s=120, facecolors="none",
                      edgecolors=style["color"], lw=1.2)  # fmt: skip
-        runs = chosen[chosen["model"] == model]
-        mean = runs.groupby("length")["seq_acc"].mean()
-        right.plot(mean.index, mean.values, color=style["color"], ls=style["ls"],
-                   marker=style["marker"], lw=1)  # fmt: skip
-        right.scatter(runs["length"], runs["seq_acc"], s=6, color=style["color"], alpha=0.4)
     left.set(xscale="log", xlabel="learning rate (Adam, constant)", ylim=(0.4, 1.02),
              ylabel="validation accuracy, lengths 64-128",
              title="the rate, chosen on validation")  # fmt: skip
+    length_panel(right, chosen, "seq_acc", models=models, ylim=(0.4, 1.02))
     right.axvspan(1, curves["train_length"].max(), color="0.92", lw=0)
     right.text(6, 0.45, "training\nlengths", fontsize=7, ha="center")
     right.axhline(0.5, color="0.5", ls=":", lw=0.8)
-    right.set(xscale="log", xlabel="string length L", ylim=(0.4, 1.02),
-              ylabel="whole-string accuracy at L", title="parity at the chosen rate")  # fmt: skip
-    right.set_xscale("log", base=2)
+    right.set(ylabel="whole-string accuracy at L", title="parity at the chosen rate")
     handles = [*model_handles(models),
                Line2D([], [], ls="", marker="o", ms=9, mfc="none", mec="k", label="chosen")]  # fmt: skip
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6),
+               title=BAND, title_fontsize=7)  # fmt: skip
     return fig
 
 
