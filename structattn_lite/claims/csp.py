@@ -199,7 +199,7 @@ MORE_SEEDS_COMMAND = "structattn run grokking --grid gap_seeds --seed-batching"
 
 def grokking() -> list[dict]:
     # gap: seeds 0-9 per cell; gap_seeds: seeds 10-24 of the authors' model on parity and
-    # mod-3. A run in both files (gap_seeds held seeds 5-24 before issue 43) counts once.
+    # mod-3. A run in both files (gap_seeds trained mod-3 seeds 5-9 that gap's file holds) counts once.
     gap = committed_records("gap")
     in_gap = {(r.experiment, r.key) for r in gap}
     records = list(

@@ -67,7 +67,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # committed: the grid whose records ship in data/results, sized to what two cores
     # finish over sessions. Final runs: 1,000 steps (about 4M characters, 0.8 of a pass
     # over the text): all seven variants, low data (1% and 10% of the text) and bfloat16,
-    # each on 5 seeds. Rates are chosen as ``lowparam`` chooses them (issue 26): on
+    # each on 5 seeds. Rates are chosen as ``lowparam`` chooses them: on
     # validation at the finals' own 1,000 steps over three tuning seeds, the sweep widened
     # wherever its best rate is at an edge. Its first finals' rates came from 600 steps of
     # one seed; that tuning's curves are kept in ``RETIRED_TUNING_CSV``. The
@@ -89,7 +89,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # at 0.006, 3 seeds; ``LONG_FIRST_SWEEP_CSV``) and at the widened sweep's (as many seeds as
     # one session's cores finished; the captions count them), so the two also say whether
     # a rate chosen over 600 steps still serves at 8,000. Dense (shared and separate q/k)
-    # joined last (issue 26), so "equal or better than dense" gets a long-budget answer.
+    # joined last, so "equal or better than dense" gets a long-budget answer.
     "long": {
         "seeds": (0, 1, 2), "rates_from": "committed", "fractions": (), "bf16": (), "digits": (),
         "main": (("dot", None, True), ("matroidal", 2, False), ("matroidal", 2, True),
@@ -122,7 +122,7 @@ GRIDS: dict[str, dict[str, Any]] = {
         "recipe": {"max_steps": 1000, "warmup_steps": 60, "eval_every": 200},
         "evals": (256, 2000), "prune_finetune_steps": 50,
     },
-    # lowparam: the card's low-parameter arm (issue 26) at d_model 32 and 64 on the full
+    # lowparam: the card's low-parameter arm at d_model 32 and 64 on the full
     # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
     # steps). A constant rate left 7 of 8 first runs at d 32 still improving at 6,000
@@ -179,7 +179,7 @@ RATE_HISTORY_CSV = "attention_rate_history.csv"
 # the n-gram floors of the text, exported beside the text grids for the figures to draw
 FLOORS_CSV = "attention_ngram_floors.csv"
 # The recipe's target on these machines: dot product at or below this validation bpc
-# within about 30 core-minutes (issue 11); ``tables.budget_table`` reads it off the runs.
+# within about 30 core-minutes; ``tables.budget_table`` reads it off the runs.
 RECIPE_TARGET_BPC = 1.75
 # Runs on a fraction of the text stop after this many evaluations without a new best.
 LOW_DATA_PATIENCE = 3

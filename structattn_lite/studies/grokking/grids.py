@@ -56,13 +56,12 @@ GRIDS: dict[str, dict[str, Any]] = {
         "presets": ("paper", "authors_3bb9f71"),
         "hold_perfect": 10,
     },
-    # gap_seeds: 15 more seeds of the authors' model on mod-3, then on parity, in the gap
-    # grid's setting, where 5 seeds left the gap's interval far wider than the paper's sd
-    # (mod-3: 3 of 5 reached 100%); the ledger reads both grids' runs together (25 seeds).
-    # It held seeds 5-24 until the gap grid took seeds 5-9 (issue 43). Those five mod-3
-    # runs moved into gap's file unchanged: they were trained in gap_seeds' 10-seed
-    # stack, and a 5-seed stack rounds differently in float32, which CSP's chaotic
-    # training grows into other histories (seed 9 reaches 100% at epoch 57, not 29).
+    # gap_seeds: 15 more seeds of the authors' model on mod-3 and on parity, in the gap
+    # grid's setting, where 5 seeds left the gap's interval far wider than the paper's sd;
+    # the ledger reads both grids' runs together (25 seeds). gap's mod-3 runs of seeds 5-9
+    # were trained in one 10-seed stack with seeds 10-14 (their records say so): a 5-seed
+    # stack rounds differently in float32, which CSP's chaotic training grows into other
+    # histories (seed 9 reaches 100% at epoch 57, not 29).
     "gap_seeds": {
         "tasks": ("mod3", "parity"),
         "seeds": tuple(range(10, 25)),

@@ -82,7 +82,7 @@ GRIDS = {
     # authors: the authors' README table, their model (the revision behind each row) and
     # their protocol: 10,000 i.i.d. strings split 80/20 at random, cross-entropy averaged
     # over every position, Adam 1e-4 with weight decay 1e-7, cosine to 1e-6 over 300
-    # epochs, clipping at 1.0, batch 64, seeds 0-9 (their 5, then 5 more for issue 43);
+    # epochs, clipping at 1.0, batch 64, seeds 0-9 (their 5, then 5 more);
     # scored on 4,000 fresh strings per length up to 64 (30 runs of 37,500 steps).
     "authors": {
         "tasks": ("parity", "mod3_authors", "dyck1_authors"),
@@ -144,7 +144,7 @@ GRIDS["authors_fresh"] = {
 }
 
 
-# grazzi: Grazzi et al.'s protocol for parity at length (issue 43), for the diagonal RNNs
+# grazzi: Grazzi et al.'s protocol for parity at length, for the diagonal RNNs
 # and the baselines of the committed grid: fresh strings every step, one length per batch
 # drawn from 1..40, a label per prefix, batch 128, Adam at a constant rate for 2,000 steps
 # (20 "epochs" of 100 batches), 5 seeds; scored at every length up to 500 on fresh strings.

@@ -83,7 +83,7 @@ GRAZZI_KEPT_LENGTHS = [16, 40, 64, 128, 256, 500]
 
 
 def chosen_rates(curves: pd.DataFrame) -> pd.DataFrame:
-    """Each (task, model)'s learning rate, chosen on validation alone (issue 43's rule,
+    """Each (task, model)'s learning rate, chosen on validation alone (a rule
     written before the grazzi runs were read): the rate with the highest mean, over seeds,
     of the final validation accuracy (lengths 64..128, longer than any training string,
     shorter than any reported test length); a seed that diverged counts as 0; ties go to
