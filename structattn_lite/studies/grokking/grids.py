@@ -59,7 +59,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # gap_seeds: 15 more seeds of the authors' model on mod-3 and on parity, in the gap
     # grid's setting, where 5 seeds left the gap's interval far wider than the paper's sd;
     # the ledger reads both grids' runs together (25 seeds). gap's mod-3 runs of seeds 5-9
-    # were trained in one 10-seed stack with seeds 10-14 (their records say so): a 5-seed
+    # were trained in a 10-seed stack (their records' seed_batched is 10): a 5-seed
     # stack rounds differently in float32, which CSP's chaotic training grows into other
     # histories (seed 9 reaches 100% at epoch 57, not 29).
     "gap_seeds": {
