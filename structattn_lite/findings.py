@@ -38,7 +38,7 @@ from structattn_lite.report import (
     length_panel,
     save_figure,
 )
-from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
+from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS, seed_curves
 from structattn_lite.studies.grokking.results import committed_records
 from structattn_lite.studies.length.grids import AUTHORS_TASK, GRIDS
 
@@ -490,13 +490,8 @@ def grokking_figure():
     style = names.style("csp_paper")
     for (top, zoom), task in zip(axes.T, tasks, strict=True):
         runs = [r for r in records if r.config["task"] == task and len(r.history)]
-        for r in runs:
-            h = r.history
-            for ax in (top, zoom):
-                ax.plot(h["epoch"], h[GAP_METRIC], color=style["color"], lw=0.8, alpha=0.8)
         for ax in (top, zoom):
-            for level, ls in LEVELS.items():  # the levels a gap is read between
-                ax.axhline(level, color="#555555", ls=ls, lw=0.6)
+            seed_curves(ax, runs, style["color"], alpha=0.8)
         reached = sum(bool((r.history[GAP_METRIC] >= 1.0).any()) for r in runs)
         top.set_title(f"{display_name(task)}: {reached} of {len(runs)} seeds reach 100%")
         top.set_ylim(0.4, 1.02)

@@ -195,8 +195,17 @@ def kernels(proc: subprocess.Popen) -> list:
     """The live kernel processes a server started (psutil processes)."""
     import psutil
 
+    def live_kernel(process) -> bool:
+        # a kernel that exits between the listing and this look is a zombie or gone: dead
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE and "ipykernel" in " ".join(
+                process.cmdline()
+            )
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            return False
+
     children = psutil.Process(proc.pid).children(recursive=True)
-    return [c for c in children if c.is_running() and "ipykernel" in " ".join(c.cmdline())]
+    return [c for c in children if live_kernel(c)]
 
 
 def block_network(page, allowed: tuple[str, ...] = ()) -> list[str]:

@@ -18,7 +18,7 @@ from structattn_lite.claims import committed, ledger
 from structattn_lite.claims.csp import GAP_COMMAND
 from structattn_lite.claims.rows import diverged_seeds
 from structattn_lite.report import VERDICT_COLOR, figure_size
-from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS
+from structattn_lite.studies.grokking.report import seed_curves
 from structattn_lite.studies.grokking.results import committed_records
 
 
@@ -80,11 +80,9 @@ def _curves(ax, ident: str) -> bool:
     if source is None:
         return False
     preset, task = source
-    for r in committed_records(CURVES_GRID):
-        if r.config["preset"] == preset and r.config["task"] == task and len(r.history):
-            ax.plot(r.history["epoch"], r.history[GAP_METRIC], lw=0.8, label=f"seed {r.seed}")
-    for level, ls in LEVELS.items():
-        ax.axhline(level, color="#555555", ls=ls, lw=0.6)
+    runs = [r for r in committed_records(CURVES_GRID)
+            if r.config["preset"] == preset and r.config["task"] == task]  # fmt: skip
+    seed_curves(ax, runs, labels=True)
     ax.set(xlabel="epoch", ylabel="whole-string test accuracy",
            title=f"the runs (grid '{CURVES_GRID}')")  # fmt: skip
     ax.legend(fontsize=6, loc="lower right")

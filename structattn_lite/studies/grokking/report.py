@@ -134,6 +134,23 @@ LEVELS = {0.9: ":", 0.99: "--", 1.0: "-"}
 CROSSINGS = {0.99: ("v", "first ≥ 99%"), 1.0: ("*", "first at 100%")}
 
 
+def seed_curves(ax, records, color=None, *, lw: float = 0.8, alpha: float = 1.0,
+                metric: str = GAP_METRIC, labels: bool = False) -> None:  # fmt: skip
+    """Whole-string test accuracy against epoch on one panel, one line per seed, with the
+    levels a gap is read between (90% dotted, 99% dashed, 100% solid): the one way every
+    figure draws a seed's curve. ``color``: one colour for all, or {seed: colour};
+    ``labels``: a legend label "seed k" per line."""
+    for r in records:
+        h = r.history
+        if not len(h):
+            continue
+        c = color.get(r.seed) if isinstance(color, dict) else color
+        ax.plot(h["epoch"], h[metric], color=c, lw=lw, alpha=alpha,
+                label=f"seed {r.seed}" if labels else None)  # fmt: skip
+    for level, ls in LEVELS.items():
+        ax.axhline(level, color="#555555", ls=ls, lw=0.6)
+
+
 def grokking_figure(records, task: str, title: str | None = None):
     """Test accuracy per seed (top) with the per-step gradient norm aligned beneath.
 
@@ -161,7 +178,6 @@ def grokking_figure(records, task: str, title: str | None = None):
             h, color = r.history, colors[r.seed]
             if not len(h):
                 continue
-            acc_ax.plot(h["epoch"], h[GAP_METRIC], color=color)
             acc_ax.plot(h["epoch"], h["train_acc"], color=color, alpha=0.35, lw=1)
             norms = r.extra.get("step_grad_norms")
             if norms:  # per step; shipped records keep only the per-epoch max
@@ -178,8 +194,7 @@ def grokking_figure(records, task: str, title: str | None = None):
                 first = jump_epoch(h, level)
                 if first is not None:
                     acc_ax.plot(first, level, marker=marker, color=color, ms=5, zorder=3)
-        for level, ls in LEVELS.items():
-            acc_ax.axhline(level, color="#555555", ls=ls, lw=0.6)
+        seed_curves(acc_ax, [x for x in runs if preset_of(x) == preset], colors, lw=1.2)
         acc_ax.set(
             title=f"{display_name(task)}: {model_style(preset)['name']}",
             ylabel="whole-string test accuracy\n(faint: train, run's labels)",
