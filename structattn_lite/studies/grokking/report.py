@@ -170,8 +170,10 @@ def grokking_figure(records, task: str, title: str | None = None):
         layout="constrained",
     )
     seeds = sorted({r.seed for r in runs})
-    # a seed's colour, the same in every panel (the cycle holds no grey: grey is "undecided")
-    colors = {seed: PALETTE[k % len(PALETTE)] for k, seed in enumerate(seeds)}
+    # a seed's colour, the same in every panel (the cycle holds no grey: grey is "undecided");
+    # black after the palette's nine, so the paper's ten seeds have ten colours
+    seed_colors = [*PALETTE, "#000000"]
+    colors = {seed: seed_colors[k % len(seed_colors)] for k, seed in enumerate(seeds)}
     for col, preset in enumerate(presets):
         acc_ax, norm_ax = axes[0, col], axes[1, col]
         for r in (x for x in runs if preset_of(x) == preset):
