@@ -42,6 +42,7 @@ FLAG_FIELDS = {
     "task": ("task",),
     "epochs": ("epochs",),
     "length": ("length", "train_length"),
+    "lr": ("optim",),  # the rate an OptimConfig holds (the attention grids tune theirs)
 }
 
 
@@ -104,6 +105,9 @@ def _configs(args) -> list:
     if not configs:
         raise ValueError(f"no run of study {args.study!r} matches those filters")
     configs = [dataclasses.replace(c, **changes) for c in configs]
+    if args.lr is not None:  # the one rate every run's optimizer starts from
+        configs = [dataclasses.replace(c, optim=dataclasses.replace(c.optim, lr=args.lr))
+                   for c in configs]  # fmt: skip
     for c in configs:  # each run's data can be drawn (--length 3: only 8 parity strings)
         try:
             if hasattr(c, "check_data"):
@@ -125,6 +129,8 @@ def _check_light(args) -> None:
     for name in ("epochs", "length"):
         if getattr(args, name, None) is not None:
             config.check_int(f"--{name}", getattr(args, name), minimum=1)
+    if getattr(args, "lr", None) is not None:
+        config.check_number("--lr", args.lr, minimum=0.0, strict=True)
     if getattr(args, "address", None) is not None and args.executor != "ray":
         raise ValueError(
             f"--address {args.address} needs --executor ray (it names a Ray cluster); "
@@ -456,6 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--epochs", type=int, help="override every run's epoch count")
     run.add_argument("--length", type=int, help="override the training length of every run")
+    run.add_argument(
+        "--lr",
+        type=float,
+        help="override every run's learning rate (its optimizer's starting rate); the "
+        "attention study chooses its rates on validation and does not take it",
+    )
     run.add_argument(
         "--seed-batching",
         action="store_true",

@@ -26,6 +26,8 @@ REFUSED = {  # argv -> what the one line must name
     "empty study --runs-dir": (["study", "--runs-dir", ""], "--runs-dir"),
     "--threads 0": (["run", "grokking", "--threads", "0"], "--threads"),
     "--epochs 0": (["run", "grokking", "--epochs", "0"], "--epochs"),
+    "--lr 0": (["run", "grokking", "--lr", "0"], "--lr"),
+    "--lr nan": (["run", "ablations", "--lr", "nan"], "--lr"),
 }
 
 CHECK = """
@@ -189,3 +191,36 @@ def test_an_export_of_a_grid_with_no_committed_file_is_refused_in_one_line(study
     assert all(grid in err for grid in get_study(study).COMMITTED_CSV)
     for table in ("GRIDS", "COMMITTED_CSV"):  # one table each, two doors to it
         assert getattr(get_study(study), table) is study_table(study, table)
+
+
+def test_lr_overrides_every_runs_rate_as_epochs_does_its_epochs():
+    """``--lr`` reaches each run's optimizer the one way a rate does (its OptimConfig), so
+    the run is a new config with its own hash; the rest of the grid is unchanged."""
+    import dataclasses
+
+    from structattn_lite.cli import _configs, build_parser
+    from structattn_lite.records import config_hash
+
+    parse = build_parser().parse_args
+    for study in ("grokking", "ablations", "length"):
+        plain = _configs(parse(["run", study, "--grid", "smoke"]))
+        faster = _configs(parse(["run", study, "--grid", "smoke", "--lr", "0.0123"]))
+        assert {c.optim.lr for c in faster} == {0.0123} != {c.optim.lr for c in plain}
+        assert [
+            dataclasses.replace(c, optim=p.optim) for c, p in zip(faster, plain, strict=True)
+        ] == plain
+        assert not {config_hash("x", c) for c in faster} & {config_hash("x", c) for c in plain}
+
+
+@pytest.mark.parametrize("argv", [["run", "attention", "--lr", "0.01"],
+                                  ["run", "attention", "--epochs", "3"]])  # fmt: skip
+def test_a_flag_a_study_does_not_take_is_refused_naming_the_studies_that_do(argv, tmp_path, capsys):
+    """A study whose configs have no field for the flag refuses it in one line (it is
+    not silently ignored), before anything trains."""
+    from structattn_lite import cli
+
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    flag = argv[2]
+    assert len(err.splitlines()) == 1 and f"{flag} is not taken by the attention study" in err, err
+    assert "grokking" in err and not (tmp_path / "runs").exists()
