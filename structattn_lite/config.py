@@ -17,6 +17,19 @@ from typing import Any
 # --- argument checks: every bad value names the parameter and what is allowed ------
 
 
+def lazy_getattr(package: str, homes: dict[str, str]):
+    """A package's module ``__getattr__`` that imports ``<package>.<homes[name]>`` when
+    ``name`` is first used, so that importing one submodule does not load its siblings."""
+    import importlib
+
+    def __getattr__(name: str):
+        if name not in homes:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{homes[name]}"), name)
+
+    return __getattr__
+
+
 def check_choice(param: str, value: Any, allowed: Iterable[Any]) -> Any:
     allowed = list(allowed)
     if value not in allowed:

@@ -4,7 +4,7 @@
 from the argument, then ``STRUCTATTN_DATA``, then ``data/``.
 """
 
-import importlib
+from structattn_lite.config import lazy_getattr
 
 # name -> the submodule that defines it, imported when first used: the images and text
 # loaders load torch, and a module that reads only the task sizes needs neither
@@ -20,7 +20,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -8,7 +8,7 @@ terms, the identities the notebook checks and the folded (fast) attention logits
 
 from __future__ import annotations
 
-import importlib
+from structattn_lite.config import lazy_getattr
 
 # name -> the submodule that holds it: each loads on first use, so a module that needs
 # only the support (the attention kinds) does not load the algebra or the TU checks
@@ -50,7 +50,4 @@ _HOMES = {
 __all__ = list(_HOMES)
 
 
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__ = lazy_getattr(__name__, _HOMES)
