@@ -52,23 +52,24 @@ def _fields(study) -> set[str]:
 
 
 def _check_flags(args) -> None:
-    """A ValueError for a flag the study's configs have no field for (it was ignored, or
-    crashed), naming the studies that take it."""
-    from structattn_lite.studies import get_study
+    """A ValueError for a flag the study's runs do not take (it would be ignored, or
+    crash), naming the studies that take it; read from tables that load no torch."""
+    from structattn_lite.studies import study_table
 
-    fields = _fields(get_study(args.study))
-    if getattr(args, "seed_batching", False) and not hasattr(get_study(args.study), "setup"):
-        takers = [n for n in config.STUDY_NAMES if hasattr(get_study(n), "setup")]
+    def takers(flag: str) -> str:
+        return ", ".join(n for n in config.STUDY_NAMES if flag in study_table(n, "RUN_FLAGS"))
+
+    takes = study_table(args.study, "RUN_FLAGS")
+    if getattr(args, "seed_batching", False) and "seed_batching" not in takes:
         raise ValueError(
             f"--seed-batching is not taken by the {args.study} study (each of its runs "
-            f"trains itself); the studies that take it are: {', '.join(takers)}"
+            f"trains itself); the studies that take it are: {takers('seed_batching')}"
         )
-    for flag, names in FLAG_FIELDS.items():
-        if getattr(args, flag, None) is not None and not fields & set(names):
-            takers = [n for n in config.STUDY_NAMES if _fields(get_study(n)) & set(names)]
+    for flag in FLAG_FIELDS:
+        if getattr(args, flag, None) is not None and flag not in takes:
             raise ValueError(
                 f"--{flag} is not taken by the {args.study} study; the studies that take "
-                f"it are: {', '.join(takers)}"
+                f"it are: {takers(flag)}"
             )
 
 
@@ -89,7 +90,6 @@ def _configs(args) -> list:
     """The study's grid, narrowed by --task/--seed and with --epochs/--length overrides."""
     from structattn_lite.studies import get_study
 
-    _check_flags(args)
     study = get_study(args.study)
     grid = args.grid or args.profile
     configs = study.grid(grid)
@@ -150,6 +150,7 @@ def _check(args) -> None:
             config.check_choice(
                 "--grid", args.grid or args.profile, study_table(args.study, "GRIDS")
             )
+            _check_flags(args)  # the flags the study's runs take, also without torch
     if getattr(args, "device", None) is not None:
         config.resolve_device(args.device, kinds=config.TRAINING_DEVICES)
     if getattr(args, "executor", None) == "ray" and args.address is not None:

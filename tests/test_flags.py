@@ -27,6 +27,9 @@ REFUSED = {  # argv -> what the one line must name
     "--threads 0": (["run", "grokking", "--threads", "0"], "--threads"),
     "--epochs 0": (["run", "grokking", "--epochs", "0"], "--epochs"),
     "--lr 0": (["run", "grokking", "--lr", "0"], "--lr"),
+    "--lr on attention": (["run", "attention", "--lr", "0.01"], "--lr is not taken"),
+    "--epochs on attention": (["run", "attention", "--epochs", "3"], "--epochs is not taken"),
+    "--seed-batching on attention": (["run", "attention", "--seed-batching"], "--seed-batching"),
     "--lr nan": (["run", "ablations", "--lr", "nan"], "--lr"),
 }
 
@@ -212,15 +215,15 @@ def test_lr_overrides_every_runs_rate_as_epochs_does_its_epochs():
         assert not {config_hash("x", c) for c in faster} & {config_hash("x", c) for c in plain}
 
 
-@pytest.mark.parametrize("argv", [["run", "attention", "--lr", "0.01"],
-                                  ["run", "attention", "--epochs", "3"]])  # fmt: skip
-def test_a_flag_a_study_does_not_take_is_refused_naming_the_studies_that_do(argv, tmp_path, capsys):
-    """A study whose configs have no field for the flag refuses it in one line (it is
-    not silently ignored), before anything trains."""
-    from structattn_lite import cli
+@pytest.mark.parametrize("study", ["attention", "grokking", "ablations", "length"])
+def test_the_run_flags_a_study_declares_are_those_its_configs_read(study):
+    """RUN_FLAGS (read before torch loads) is what the study's config class and setup
+    say: a flag whose config field it has, and seed batching where its runs stack."""
+    from structattn_lite.cli import FLAG_FIELDS, _fields
+    from structattn_lite.studies import get_study, study_table
 
-    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
-    err = capsys.readouterr().err.strip()
-    flag = argv[2]
-    assert len(err.splitlines()) == 1 and f"{flag} is not taken by the attention study" in err, err
-    assert "grokking" in err and not (tmp_path / "runs").exists()
+    module = get_study(study)
+    fields = _fields(module)
+    derived = {flag for flag, names in FLAG_FIELDS.items() if fields & set(names)}
+    derived |= {"seed_batching"} if hasattr(module, "setup") else set()
+    assert set(study_table(study, "RUN_FLAGS")) == derived

@@ -47,11 +47,14 @@ LIGHT_HOMES = {
     ("ablations", "COMMITTED_CSV"): "structattn_lite.studies.ablations.grids",
     ("length", "GRIDS"): "structattn_lite.studies.length.grids",
     ("length", "COMMITTED_CSV"): "structattn_lite.studies.length.grids",
+    **{(study, "RUN_FLAGS"): f"structattn_lite.studies.{study}.grids"
+       for study in ("attention", "grokking", "ablations", "length")},
 }  # fmt: skip
 
 
-def study_table(study: str, table: str) -> dict:
-    """A study's ``GRIDS`` (every grid it runs) or ``COMMITTED_CSV`` (the grids it exports,
-    each with its file), read without loading torch."""
+def study_table(study: str, table: str):
+    """A study's ``GRIDS`` (every grid it runs), ``COMMITTED_CSV`` (the grids it exports,
+    each with its file) or ``RUN_FLAGS`` (the run flags it takes), read without loading
+    torch."""
     module = LIGHT_HOMES[(check_choice("study", study, STUDIES), table)]
     return getattr(importlib.import_module(module), table)

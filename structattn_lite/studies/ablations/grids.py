@@ -97,3 +97,8 @@ COMMITTED_CSV = {
 
 
 GROWN_ACROSS_SESSIONS = ("paper_table4", "paper_text", "paper_332")
+
+# The ``structattn run`` flags this study's runs take (``cli.FLAG_FIELDS``: a field of its
+# config each reads; seed_batching: its runs stack by seed), so the command line refuses
+# any other before torch loads; tests/test_flags.py checks it against the config class.
+RUN_FLAGS = ("task", "epochs", "length", "lr", "seed_batching")

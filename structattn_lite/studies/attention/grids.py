@@ -243,3 +243,9 @@ def part(cfg) -> str:
     if c["recipe"]["precision"] != "float32":
         return "stability"
     return "main" if c["data_fraction"] == 1.0 else "low data"
+
+
+# The ``structattn run`` flags this study's runs take (``cli.FLAG_FIELDS``: a field of its
+# config each reads; seed_batching: its runs stack by seed), so the command line refuses
+# any other before torch loads; tests/test_flags.py checks it against the config class.
+RUN_FLAGS = ()  # its rates and budgets are the grid's

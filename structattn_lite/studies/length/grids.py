@@ -206,3 +206,8 @@ AUTHORS = {
 }
 # Our task behind each of their table's tasks (their labels for mod-3 and parentheses)
 AUTHORS_TASK = {"parity": "parity", "mod3_authors": "mod3", "dyck1_authors": "dyck1"}
+
+# The ``structattn run`` flags this study's runs take (``cli.FLAG_FIELDS``: a field of its
+# config each reads; seed_batching: its runs stack by seed), so the command line refuses
+# any other before torch loads; tests/test_flags.py checks it against the config class.
+RUN_FLAGS = ("task", "epochs", "length", "lr", "seed_batching")
