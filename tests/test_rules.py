@@ -112,23 +112,30 @@ def test_changing_a_confirmatory_rule_after_its_data_is_caught():
 
 
 def test_fresh_seeds_were_committed_after_the_rule_that_reads_them():
-    first_rules = _history()[0]
+    """Every commit that adds a fresh grid's file descends from the first commit whose
+    rules table names that grid for the row (not merely from the table's first commit)."""
+    history = _history()
+    from structattn_lite.studies import get_study
+
     for ident in rules.table()["id"]:
         fresh = rules.rule(ident).fresh
         if fresh is None:
             continue
         study, grid, _ = fresh
-        from structattn_lite.studies import get_study
-
-        module = get_study(study)
-        files = module.COMMITTED_CSV
+        named = f"({study} {grid})"
+        registered = next(
+            c for c in history
+            if (at := _at(c)).loc[at["id"] == ident, "seeds"].str.endswith(named).any()
+        )  # fmt: skip
+        files = get_study(study).COMMITTED_CSV
         names = files[grid] if isinstance(files[grid], tuple) else (files[grid],)
         for name in names:
             path = f"data/results/{name}"
             added = _git("log", "--format=%H", "--diff-filter=A", "--", path).split()
-            for commit in added:  # the rule is an ancestor of every commit adding its runs
-                ok = subprocess.run(["git", "merge-base", "--is-ancestor", first_rules, commit],
+            for commit in added:  # the row's rule is an ancestor of every commit adding its runs
+                ok = subprocess.run(["git", "merge-base", "--is-ancestor", registered, commit],
                                     cwd=ROOT).returncode == 0  # fmt: skip
                 assert ok, (
-                    f"{path} was added in {commit[:8]}, not after the rules ({first_rules[:8]})"
+                    f"{path} was added in {commit[:8]}, not after {ident}'s rule named "
+                    f"{grid} ({registered[:8]})"
                 )
