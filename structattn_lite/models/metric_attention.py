@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from structattn_lite.config import check_choice, check_int, check_number
-from structattn_lite.models.attention_base import FALLBACKS, PATHS, Attention, register
+from structattn_lite.models.attention_base import FALLBACKS, Attention, register
 from structattn_lite.theory.support import SUPPORT_RULES, support_matrix
 
 # With separate q/k a fused kernel leaves a rounding residual in rows that are one-hot
@@ -60,7 +60,6 @@ class MetricAttention(Attention):
         width (d + 2, or ``width`` after padding) on the fast path, d on the reference
         path. The math backend and the reference path compute all N^2 scores even when
         causal."""
-        check_choice("path", path, PATHS)
         B, N, D, H = batch, n_tokens, d_model, n_heads
         d = D // H
         sides = 1 if shared_qk else 2
