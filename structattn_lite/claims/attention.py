@@ -73,20 +73,47 @@ def _interaction_row(ident, words, samples, names, where, **fields) -> dict:
         seeds=min(len(x) for x in samples), **fields)  # fmt: skip
 
 
-def _not_worse_than_dense(ident, where, split, bpc_of, **fields) -> list[dict]:
+def _not_worse_than_dense(ident, where, split, bpc_of, fields_of=None, **fields) -> list[dict]:
     """Rows for "matroidal m=2d is equal to or better than dense with the same q/k sharing
-    (within the bpc margin)", shared q/k then separate; ``bpc_of(variant)`` gives the
-    per-seed bpc on ``split`` in seed order."""
+    (within the bpc margin)", shared q/k then separate; ``bpc_of(variant, row id)`` gives
+    the per-seed bpc on ``split`` in seed order; ``fields_of(row id)``, fields of one row
+    (e.g. the fresh grid it is read on)."""
     rows = []
     for qk, suffix in (("shared", ""), ("sep", " (sep q/k)")):
         mat, dense = "matroidal m=2d" + suffix, "dense" + suffix
-        a, b = bpc_of(dense), bpc_of(mat)
-        bpc = rule_of(f"{ident}/{qk}").delta
+        key = f"{ident}/{qk}"
+        a, b = bpc_of(dense, key), bpc_of(mat, key)
+        bpc = rule_of(key).delta
+        own = {**fields, **(fields_of(key) if fields_of else {})}
         rows.append(_attention_row(
-            f"{ident}/{qk}", f"{where}{name(mat)}: {split} bpc equal to or better than "
+            key, f"{where}{name(mat)}: {split} bpc equal to or better than "
             f"{name(dense)} (within {bpc})", stats.difference(a, b, delta=bpc, claim="not_worse"),
-            {dense: a, mat: b}, seeds=min(len(a), len(b)), **fields))  # fmt: skip
+            {dense: a, mat: b}, seeds=min(len(a), len(b)), **own))  # fmt: skip
     return rows
+
+
+def _fresh_reader():
+    """(frame_of, fields_of) for rows whose rule names a fresh grid: ``frame_of(row id)``,
+    that grid's final runs once every planned seed is in (else None); ``fields_of(row
+    id)``, the row's grid and command then (``fresh_read``), else nothing."""
+    cache = {}
+
+    def frame_of(ident):
+        named = rule_of(ident).fresh
+        if named is None:
+            return None
+        if named[1] not in cache:
+            cache[named[1]] = fresh_finals(named[1])
+        return cache[named[1]]
+
+    def fields_of(ident) -> dict:
+        if frame_of(ident) is None:
+            return {"fresh_read": False}
+        grid = rule_of(ident).fresh[1]
+        return {"fresh_read": True, "grid": f"{grid} (attention)",
+                "command": f"structattn run attention --grid {grid}"}  # fmt: skip
+
+    return frame_of, fields_of
 
 
 LOWPARAM_PROTOCOL = (
@@ -117,11 +144,26 @@ def low_parameters() -> list[dict]:
     capped = f"; {(full['stop'] == 'max_steps').sum()} of {len(full)} full-text finals ended at the step cap, not on the early stop"  # fmt: skip
     fields = dict(protocol=LOWPARAM_PROTOCOL + capped, untuned=_untuned(runs), grid="lowparam (attention)",
                   notebook="02, few parameters", command=LOWPARAM_COMMAND)  # fmt: skip
+    frame_of, fresh_fields = _fresh_reader()
+
+    def test_bpc(d, variant, ident):
+        """Per-seed test bpc of one cell: the fresh seeds ``ident``'s rule names once they
+        are all in, else the lowparam grid's."""
+        frame = frame_of(ident)
+        if frame is None:
+            return cells.get((d, variant, 1.0), [])
+        pick = frame[
+            (frame["d_model"] == d) & (frame["variant"] == variant) & (frame["fraction"] == 1.0)
+        ]
+        return pick.sort_values("seed")["test_bpc"].astype(float).tolist()
+
     rows = []
     for d in (32, 64):
         rows += _not_worse_than_dense(
             f"attention/low_parameters/d{d}", f"at d_model {d}, ", "test",
-            lambda variant, d=d: cells.get((d, variant, 1.0), []), **fields)  # fmt: skip
+            lambda variant, ident, d=d: test_bpc(d, variant, ident),
+            fields_of=lambda ident, d=d: {**fresh_fields(ident), "cell": {"d_model": d}},
+            **fields)  # fmt: skip
     for base, suffix in (("dense", ""), ("dot", "/dot")):
         names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
         samples = [cells.get((int(at[2:]), v, 1.0), []) for v, at in names]
@@ -159,7 +201,7 @@ def long_budget() -> list[dict]:
     finals = runs[~runs["tuning"].astype(bool) & (runs["part"] == "main")].sort_values("seed")
     return _not_worse_than_dense(
         "attention/long/not_worse", "after 8,000 steps, ", "validation",
-        lambda variant: finals.loc[finals["variant"] == variant, "val_bpc"].tolist(),
+        lambda variant, _: finals.loc[finals["variant"] == variant, "val_bpc"].tolist(),
         protocol=long_protocol(runs), untuned=_untuned(runs), grid="long (attention)", notebook="02, at a longer budget",
         command="structattn run attention --grid long")  # fmt: skip
 
@@ -204,31 +246,9 @@ def attention() -> list[dict]:
     if runs is None:
         return []
     finals = runs[~runs["tuning"].astype(bool)]
-    fresh = {}  # fresh grid -> its finals once all in, else None
     protocol = committed_protocol(runs)
     untuned = _untuned(runs)
-
-    def fresh_frame(ident):
-        """The finals of the fresh grid ``ident``'s rule names, once all in, else None."""
-        named = None if ident is None else rule_of(ident).fresh
-        if named is None:
-            return None
-        if named[1] not in fresh:
-            fresh[named[1]] = fresh_finals(named[1])
-        return fresh[named[1]]
-
-    def reads_fresh(ident) -> bool:
-        """Whether row ``ident`` is read on the fresh seeds its rule names (all in)."""
-        return fresh_frame(ident) is not None
-
-    def read_on(ident) -> dict:
-        """The grid a row is read on, and the command that trains it: the fresh grid its
-        rule names once all in."""
-        if not reads_fresh(ident):
-            return {"fresh_read": False}
-        grid = rule_of(ident).fresh[1]
-        return {"fresh_read": True, "grid": f"{grid} (attention)",
-                "command": f"structattn run attention --grid {grid}"}  # fmt: skip
+    fresh_frame, read_on = _fresh_reader()
 
     def attention_row(ident, *args, **fields):
         """A row read on the fresh seeds its rule names once they are all in."""
@@ -238,7 +258,8 @@ def attention() -> list[dict]:
     def col(part, variant, column, fraction=1.0, precision="float32", ident=None):
         """Per-seed values of one cell, from the fresh seeds when ``ident``'s rule names
         them and they are all in, else from the committed grid's."""
-        frame = fresh_frame(ident) if reads_fresh(ident) else finals
+        fresh = None if ident is None else fresh_frame(ident)
+        frame = finals if fresh is None else fresh
         pick = frame[(frame["part"] == part) & (frame["variant"] == variant)
                      & (frame["fraction"] == fraction) & (frame["precision"] == precision)]  # fmt: skip
         return pick.sort_values("seed")[column].tolist()  # fmt: skip

@@ -14,6 +14,7 @@ from structattn_lite import stats
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.config import results_dir
 from structattn_lite.names import display_name
+from structattn_lite.studies.attention.grids import COMMITTED_CSV as ATTENTION_CSV
 
 COLUMNS = [
     "id", "study", "claim", "source", "published", "ours", "low", "high", "seeds",
@@ -65,11 +66,7 @@ _EDGES = {
 # The committed runs' CPU time per seed, by the grid a row names: what "N more seeds"
 # costs. A grid whose files keep no timing (the length grids) has none.
 _TIMED = {
-    "committed (attention)": ("attention_runs.csv", "cpu_seconds"),
-    "long (attention)": ("attention_long_runs.csv", "cpu_seconds"),
-    "lowparam (attention)": ("attention_lowparam_runs.csv", "cpu_seconds"),
-    "fresh (attention)": ("attention_fresh_runs.csv", "cpu_seconds"),
-    "fresh_bf16 (attention)": ("attention_fresh_bf16_runs.csv", "cpu_seconds"),
+    **{f"{grid} (attention)": (files[0], "cpu_seconds") for grid, files in ATTENTION_CSV.items()},
     "paper_text": ("csp_ablations_paper_text.csv", "seconds"),
     "paper_332 (+ paper_text)": ("csp_ablations_paper_332.csv", "seconds"),
     "gap": ("csp_grokking_gap.csv.gz", "extra"),

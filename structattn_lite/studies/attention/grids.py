@@ -122,6 +122,19 @@ GRIDS: dict[str, dict[str, Any]] = {
         "recipe": {"max_steps": 1000, "warmup_steps": 60, "eval_every": 200},
         "evals": (256, 2000), "prune_finetune_steps": 50,
     },
+    # fresh_lowparam: fresh seeds for attention/low_parameters/d32/shared (undecided on
+    # seeds 0-4 at about 14 seeds per arm): dense and matroidal m=2d (shared q/k) at
+    # d_model 32 on the full text, seeds 5-19, each at the rate the lowparam grid chose on
+    # validation, under the lowparam grid's budget and early stop.
+    "fresh_lowparam": {
+        "seeds": tuple(range(5, 20)), "rates_from": "lowparam",
+        "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
+        "sizes": ({"d_model": 32, "n_heads": heads_for(32)},),
+        "fractions": (), "bf16": (), "digits": (),
+        "model": _LM,
+        "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
+        "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
+    },
     # lowparam: the card's low-parameter arm at d_model 32 and 64 on the full
     # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
@@ -165,6 +178,10 @@ COMMITTED_CSV = {
     "lowparam": ("attention_lowparam_runs.csv", "attention_lowparam_histories.csv.gz"),
     "fresh": ("attention_fresh_runs.csv", "attention_fresh_histories.csv.gz"),
     "fresh_bf16": ("attention_fresh_bf16_runs.csv", "attention_fresh_bf16_histories.csv.gz"),
+    "fresh_lowparam": (
+        "attention_fresh_lowparam_runs.csv",
+        "attention_fresh_lowparam_histories.csv.gz",
+    ),
 }
 # The committed grids are final. Of their earlier learning-rate sweeps, data/results keeps
 # what a committed figure draws: the committed grid's first-sweep runs (every final at
