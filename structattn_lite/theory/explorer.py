@@ -1,4 +1,6 @@
-"""Figures and the interactive explorer for the theory notebook (01_theory).
+"""The support explorer of the theory notebook (01_theory) and dashboard 1: a support
+graph, its metric's spectrum and its total unimodularity, drawn for any rule and size.
+(The notebook draws its other figures in its own cells, where the reader sees them.)
 
 Every plot builds a ``matplotlib.figure.Figure`` directly (not via pyplot), so nothing
 leaks into global state, a notebook cell can end with ``fig`` to show it, and
@@ -9,11 +11,9 @@ from __future__ import annotations
 
 import html
 import io
-from collections.abc import Mapping
 
 import networkx as nx
 import numpy as np
-import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -22,15 +22,11 @@ from structattn_lite.report import figure_size
 from structattn_lite.theory import (
     SUPPORT_RULES,
     TUCertificate,
-    condition_number,
-    folded_logits,
     incidence_matrix,
     max_support_edges,
     metric_matrix,
     metric_spectrum,
-    pairwise_logits_reference,
     random_weights,
-    rank_one_terms,
     support_edges,
     tu_certificate,
 )
@@ -63,59 +59,6 @@ def _heatmap(ax: Axes, X: np.ndarray, title: str, xlabel: str = "", ylabel: str 
     im = ax.imshow(X, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xticks=[], yticks=[])
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-
-
-def plot_rank_one(A: np.ndarray, weights: np.ndarray, eps: float, n_terms: int = 3) -> Figure:
-    """A, its first rank-one terms w_e a_e a_e^T, and their sum M = ... + eps I."""
-    terms = rank_one_terms(A, weights)[:n_terms]
-    fig = Figure(figsize=figure_size(2, height=1.9), layout="constrained")
-    axes = fig.subplots(1, n_terms + 2)
-    _heatmap(axes[0], A, f"A ({A.shape[0]} x {A.shape[1]})", "edge e", "node")
-    for ax, (e, (w_e, P)) in zip(axes[1:], enumerate(terms), strict=False):
-        _heatmap(ax, w_e * P, f"term {e}: w={w_e:.2f}")
-    _heatmap(axes[-1], metric_matrix(A, weights, eps), f"M = sum of {A.shape[1]}\nterms + eps I")
-    return fig
-
-
-def plot_spectra(supports: Mapping[str, np.ndarray], eps: float, seed: int = 0) -> Figure:
-    """Eigenvalues of M for several supports (log scale: the eps floor is visible)."""
-    fig = Figure(figsize=figure_size(1, height=2.6), layout="constrained")
-    ax = fig.subplots()
-    for name, A in supports.items():
-        lam = metric_spectrum(A, random_weights(A.shape[1], seed), eps)
-        ax.plot(np.arange(len(lam)), lam, "o-", ms=4, label=f"{name} (m={A.shape[1]})")
-    ax.axhline(eps, color="k", ls="--", lw=1, label=f"eps = {eps:g}")
-    ax.set(yscale="log", xlabel="eigenvalue index (ascending)", ylabel="eigenvalue of M")
-    ax.legend()
-    return fig
-
-
-def plot_condition_vs_eps(
-    supports: Mapping[str, np.ndarray], eps_grid: np.ndarray, seed: int = 0
-) -> Figure:
-    """cond(M) against eps: the all-ones direction pins lambda_min to eps."""
-    fig = Figure(figsize=figure_size(1, height=2.6), layout="constrained")
-    ax = fig.subplots()
-    for name, A in supports.items():
-        w = random_weights(A.shape[1], seed)
-        ax.loglog(eps_grid, [condition_number(A, w, e) for e in eps_grid], "o-", ms=3, label=name)
-    ax.set(xlabel="eps", ylabel="condition number of M")
-    ax.legend()
-    return fig
-
-
-def plot_logits(z_q, z_k, A, w, eps: float, tau: float) -> Figure:
-    """Reference and folded logits of the first sequence, and their difference."""
-    ref = pairwise_logits_reference(z_q, z_k, A, w, eps, tau)[0]
-    fold = folded_logits(z_q, z_k, A, w, eps, tau)[0]
-    fig = Figure(figsize=figure_size(2, height=2.4), layout="constrained")
-    axes = fig.subplots(1, 3)
-    titles = ("reference -dist/(2 tau)", "folded q~.k~/tau", "folded - reference")
-    for ax, X, title in zip(axes, (ref, fold, fold - ref), titles, strict=True):
-        im = ax.imshow(X.detach().cpu().numpy(), cmap="viridis")
-        ax.set(title=title, xlabel="key j", ylabel="query i")
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    return fig
 
 
 def support_title(rule: str, n_nodes: int, edges: list, seed: int = 0) -> str:
@@ -219,9 +162,3 @@ def support_explorer(n_max: int = 16):
         widget.observe(refresh, names="value")
     refresh()
     return W.VBox([W.HBox([rule, n, m]), W.HBox([seed, eps]), verdict, picture])
-
-
-def demo_tokens(n_tokens: int = 6, d: int = 8, batch: int = 2, seed: int = 0):
-    """float64 query/key/value tokens for the fast-form check."""
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(batch, n_tokens, d, generator=g, dtype=torch.float64) for _ in "qkv")
