@@ -158,7 +158,7 @@ def _check(args) -> None:
 
         connect_ray(args.address)  # a bad or unreachable address: one line, before training
     if args.command == "study":  # the attention notebook reads PTB, or the fallback
-        from structattn_lite.studies.attention.experiment import resolve_dataset
+        from structattn_lite.data.text import resolve_dataset
 
         with warnings.catch_warnings():  # the notebook shows the fallback's banner itself
             warnings.simplefilter("ignore")

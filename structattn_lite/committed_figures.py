@@ -26,15 +26,15 @@ from structattn_lite.config import COMMITTED
 from structattn_lite.findings import FIGURES as FINDINGS
 from structattn_lite.names import PAPER_TASKS, display_name
 from structattn_lite.report import in_words, save_figure, save_table, use_style
-from structattn_lite.studies.ablations import experiment as ab
 from structattn_lite.studies.ablations import report as ct
+from structattn_lite.studies.ablations.grids import COMMITTED_CSV as ABLATION_CSV
 from structattn_lite.studies.attention import figures as ap
 from structattn_lite.studies.attention import lowparam
 from structattn_lite.studies.attention import report as tr
 from structattn_lite.studies.attention import tables as at
 from structattn_lite.studies.attention.grids import LONG_FIRST_SWEEP_CSV
-from structattn_lite.studies.grokking import experiment as grokking
 from structattn_lite.studies.grokking import report as gr
+from structattn_lite.studies.grokking.results import committed_records
 from structattn_lite.studies.length import authors as la
 from structattn_lite.studies.length import report as lt
 
@@ -73,7 +73,7 @@ def _rate_sweeps() -> Figure:
 
 
 def _grokking(task: str, grid: str, title: str) -> Figure:
-    return gr.grokking_figure(grokking.committed_records(grid, missing_ok=False), task, title=title)
+    return gr.grokking_figure(committed_records(grid, missing_ok=False), task, title=title)
 
 
 def _ablations(title: str, table, grids: tuple[str, ...] = ct.PAPER_SIZE) -> Table:
@@ -127,7 +127,7 @@ FIGURES: dict[str, Callable[[], Figure | Table]] = {
     # 04: ablations (data/results/csp_ablations_paper_*)
     "04_ablations_table3_paper_text": lambda: _ablations(
         "Table 3, paper size. ", lambda r: ct.display_table(ct.table3(r)),
-        (ab.COMMITTED_CSV["paper_text"],)),
+        (ABLATION_CSV["paper_text"],)),
     "04_ablations_table4_paper_size": lambda: _ablations(
         "Table 4, paper size. ", lambda r: ct.display_table(ct.table4(r[r["loss"] == "focal"]))),
     "04_ablations_claims_paper_size": lambda: _ablations(

@@ -176,6 +176,7 @@ def results_dir() -> Path:
 # --- devices -----------------------------------------------------------------------
 
 
+PRECISIONS = ("float32", "bfloat16")  # what a run computes its forward pass and loss in
 TRAINING_DEVICES = ("cpu", "cuda")  # what a run can train on ("meta" holds no data)
 
 

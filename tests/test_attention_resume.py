@@ -116,7 +116,7 @@ def test_a_checkpoint_of_the_old_attention_loop_is_refused(tmp_path, uninterrupt
 
 
 def test_checkpointing_needs_the_batch_generator(tmp_path):
-    from structattn_lite.studies.attention.recipe import train
+    from structattn_lite.studies.attention.experiment import train
 
     task, model = st.build_task(RUN)
     plan = checkpoint_plan(tmp_path / "x.ckpt")

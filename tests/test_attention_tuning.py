@@ -362,7 +362,7 @@ def test_the_low_parameter_finals_ran_at_the_rate_the_shown_sweep_is_lowest_at()
     shown = {
         k: g.loc[g["val bpc"].idxmin(), "lr"] for k, g in sweep.groupby(["d_model", "variant"])
     }
-    finals = lowparam.finals(tables.load_summary("lowparam"), fraction=None)  # low data too
+    finals = tables.finished_finals(tables.load_summary("lowparam"), fraction=None)  # low data too
     ran = {k: set(g["lr"]) for k, g in finals.groupby(["d_model", "variant"])}
     assert ran and all(ran[k] == {shown[k]} for k in ran)
     chosen = sweep.set_index(["d_model", "variant"]).loc[list(ran)]  # every tuning seed in

@@ -27,6 +27,7 @@ PACKAGE_LAYERS = (
     ("outputs", ("claims", "findings", "committed_figures", "notebook_runner", "dashboard")),
     ("entry", ("cli", "__main__")),
 )
+MAX_CHAIN = 10  # modules on the longest chain of imports
 MAX_LAYERS = 8
 NOTEBOOK_STUDY = {"02": "attention", "03": "grokking", "04": "ablations", "05": "length"}
 
@@ -126,6 +127,13 @@ def test_every_import_points_down_the_declared_layers():
 def test_the_package_stands_at_most_eight_layers_tall():
     assert len(PACKAGE_LAYERS) <= MAX_LAYERS
     assert layer_count(import_graph()) <= MAX_LAYERS
+
+
+def test_no_chain_of_imports_passes_through_more_than_ten_modules():
+    """Every import counts, a function's too: a module that imports another only where it
+    is used still needs it. The longest chain is what a reader follows to the bottom."""
+    chain = nx.dag_longest_path(import_graph())
+    assert len(chain) <= MAX_CHAIN, f"{len(chain)} modules: " + " -> ".join(chain)
 
 
 def test_the_layout_checks_see_a_circle_an_upward_import_and_too_many_layers(tmp_path):

@@ -8,7 +8,7 @@ from structattn_lite import names, stats
 from structattn_lite.claims.rows import read, row
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name as name
-from structattn_lite.studies.attention.tables import tuning_schedule
+from structattn_lite.studies.attention.tables import cell_values, tuning_schedule
 
 # --- the attention card -----------------------------------------------------------------
 
@@ -132,12 +132,10 @@ def low_parameters() -> list[dict]:
     over dense and over dot larger at 32 than at 64; then its low-data half at d_model 32,
     under the same stop rule: the edge larger on 1% of the text than on all of it. (The 1%
     runs end on the early stop; the full-text runs mostly reach the step cap first.)"""
-    from structattn_lite.studies.attention import lowparam
-
     runs = read("attention_lowparam_runs.csv")
     if runs is None:
         return []
-    cells = lowparam.interaction_inputs(runs)
+    cells = cell_values(runs)
     m = "matroidal m=2d"
     # the card asks for runs "at convergence": say how many the step cap ended instead
     full = runs[~runs["tuning"].astype(bool) & (runs["fraction"] == 1.0)]

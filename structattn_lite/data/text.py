@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import re
 import shutil
 import sysconfig
 import tarfile
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -263,3 +265,20 @@ def fetch(dataset: str, root: str | Path | None = None, url: str | None = None) 
             raise FileNotFoundError(f"{archive} has no {name}; is it the simple-examples archive?")
         verify_file(target / name, size, md5)
     return target
+
+
+def resolve_dataset(root=None) -> str:
+    """ "ptb" when its files are there, else "fallback" with a warning (never silent); a
+    ValueError when ``STRUCTATTN_DATA`` names a place without them (a missing or empty
+    folder, a file): the fallback is only for when no data folder was named."""
+    if ptb_available(root):
+        return "ptb"
+    named = os.environ.get("STRUCTATTN_DATA")
+    if root is None and named:
+        raise ValueError(
+            f"STRUCTATTN_DATA={named!r} names no folder holding Penn Treebank "
+            f"({missing_ptb(named)}); point it at the folder that holds ptb/, or unset it "
+            "to use the fallback corpus"
+        )
+    warnings.warn(f"Penn Treebank not found; using the {FALLBACK_LABEL}", stacklevel=2)
+    return "fallback"

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from structattn_lite.config import check_choice, check_int, check_number
 
 SCHEDULES = ("plateau", "cosine", "constant")
-PRECISIONS = ("float32", "bfloat16")
 
 if TYPE_CHECKING:  # numpy and pandas load where a result is used, not where a flag is checked
     import pandas as pd

@@ -27,6 +27,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from structattn_lite.config import (  # Callback: re-exported, the trainers' hook
+    PRECISIONS,
     Callback,
     check_choice,
     resolve_device,
@@ -41,7 +42,6 @@ from structattn_lite.training.checkpoint import (
     trainer_plan,
 )
 from structattn_lite.training.options import (  # noqa: F401 (re-exported: their home)
-    PRECISIONS,
     SCHEDULES,
     OptimConfig,
     TrainResult,

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
+from torch import nn
 
 from structattn_lite import config as cfgmod
-from structattn_lite import names
 from structattn_lite.config import check_bools, check_choice, check_int, check_number, check_seed
-from structattn_lite.data import FALLBACK_LABEL, cifar10_available, ptb_available
-from structattn_lite.data.text import missing_ptb
+from structattn_lite.data import cifar10_available
+from structattn_lite.data.text import resolve_dataset
 from structattn_lite.models.attention import ATTENTION_KINDS
 from structattn_lite.models.attention_checks import (
     attention_maps,
@@ -47,8 +45,11 @@ from structattn_lite.studies.attention.grids import (
     IMAGE_DATASETS,
     variant_configs,
 )
-from structattn_lite.studies.attention.recipe import Recipe, train
+from structattn_lite.studies.attention.recipe import Recipe, lr_at
+from structattn_lite.studies.attention.tables import rate_sweep, variant_key, variant_label
 from structattn_lite.theory.support import SUPPORT_RULES
+from structattn_lite.training.checkpoint import CheckpointPlan
+from structattn_lite.training.options import OptimConfig, TrainResult
 
 EXPERIMENT = "attention"
 DATASETS = ("ptb", "fallback", *IMAGE_DATASETS)
@@ -128,19 +129,105 @@ def attention_options(cfg: Config) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if name in takes}
 
 
-def variant_label(cfg: Config | dict) -> str:
-    """ "dot", "dense", "matroidal m=2d", with " (sep q/k)" for separate projections."""
-    c = cfg if isinstance(cfg, dict) else config_dict(cfg)
-    return names.variant_key(c["kind"], c["shared_qk"], c["m"], c["d_model"] // c["n_heads"])
-
-
-def variant_key(cfg: Config | dict) -> str:
-    """What a learning rate is tuned for: the variant on its dataset and model size."""
-    c = cfg if isinstance(cfg, dict) else config_dict(cfg)
-    return f"{c['dataset']}|{variant_label(c)}|d{c['d_model']}h{c['n_heads']}l{c['n_layers']}"
-
-
 # --- one run ----------------------------------------------------------------------
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on the matrices of linear layers only (not on embeddings, norms,
+    biases, positions or the metric parameters)."""
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    if hasattr(model, "tok"):  # a weight tied to the embedding is an embedding
+        decay.discard(id(model.tok.weight))
+    params = list(dict.fromkeys(model.parameters()))
+    return [
+        {"params": [p for p in params if id(p) in decay], "weight_decay": weight_decay},
+        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
+    ]
+
+
+def grad_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
+    """Parameter groups whose gradient norm is logged each step: each layer, and the
+    metric parameters of all layers together (empty for dot-product attention)."""
+    groups = {f"layer{i}": list(b.parameters()) for i, b in enumerate(model.blocks)}
+    groups["metric"] = [p for a in model.attention_modules() for p in a.metric_parameters()]
+    return {k: v for k, v in groups.items() if v}
+
+
+@dataclass
+class Outcome(TrainResult):
+    """A trained attention run: its ``TrainResult`` (``status`` "ok" or "diverged": a run
+    stopped early is a finished run), how it stopped, and its fast-path failure counts."""
+
+    stop: str = "max_steps"  # "max_steps", "early_stop", "time_budget", "diverged"
+    stats: dict[str, float] = field(default_factory=dict)  # over the whole run
+
+
+class FastPathCounts:
+    """The model's fast-path failure counts (no model state) for a checkpoint to carry."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    def state_dict(self) -> list[dict[str, float]]:
+        return [a.stats.as_dict() for a in self.model.attention_modules()]
+
+    def load_state_dict(self, saved: list[dict[str, float]]) -> None:
+        from structattn_lite.models.attention_base import FastPathStats
+
+        for a, stats in zip(self.model.attention_modules(), saved, strict=True):
+            a.stats = FastPathStats(**stats)
+
+
+def train(
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    batch: Callable[[int], Any],
+    evaluate: Callable[[nn.Module], dict[str, float]],
+    recipe: Recipe,
+    monitor: str = "val_loss",
+    callbacks: Sequence[Any] = (),
+    progress: bool = False,
+    checkpoint: CheckpointPlan | None = None,
+) -> Outcome:
+    """Train ``model`` in place; the best state by ``evaluate(model)[monitor]`` is restored.
+
+    ``batch(step)`` gives step's training batch (it owns its generator, ``batch.generator``,
+    so identical seeds give identical runs); ``loss_fn(model, batch)`` returns a scalar in
+    nats. Callbacks get ``on_batch_end(trainer, loss, grad_norm)`` and
+    ``on_epoch_end(trainer, row)``, one "epoch" per evaluation.
+    ``checkpoint`` (not a ``stacked`` plan): save every ``checkpoint.every`` evaluations.
+    """
+    from structattn_lite.training.trainer import Trainer
+
+    generator = getattr(batch, "generator", None)
+    if checkpoint is not None and not isinstance(generator, torch.Generator):
+        raise ValueError("checkpointing needs batch.generator, the generator batch(step) draws on")
+    model.check_every(recipe.check_every)
+    model.reset_stats()
+    trainer = Trainer(
+        model, loss_fn,
+        OptimConfig(lr=recipe.lr, clip=recipe.clip, weight_decay=recipe.weight_decay),
+        make_optimizer=lambda m, o: torch.optim.AdamW(
+            param_groups(m, o.weight_decay), lr=o.lr, betas=(0.9, recipe.beta2)),
+        lr_at=lambda step: lr_at(step, recipe), grad_groups=grad_groups(model),
+        precision=recipe.precision, callbacks=callbacks, progress=progress,
+        checkpoint=checkpoint, stateful=[FastPathCounts(model)],
+        columns=("epoch", "step", "lr", "train_loss", "seconds", "cpu_seconds"),
+    )  # fmt: skip
+    k, end = recipe.eval_every, recipe.max_steps
+
+    def round_batches(_):  # the next evaluation's steps; batch draws on its own generator
+        return ((batch(s),) for s in range(trainer.steps, min(trainer.steps + k, end)))
+
+    result = trainer.fit(
+        math.ceil(end / k), round_batches, evaluate,
+        generator if generator is not None else torch.Generator(), monitor=monitor,
+        patience=recipe.patience, time_budget_s=recipe.time_budget_s,
+    )  # fmt: skip
+    model.check_every(0)
+    stop = "max_steps" if result.status == "ok" else result.status
+    status = "diverged" if stop == "diverged" else "ok"
+    return Outcome(**{**vars(result), "status": status}, stop=stop, stats=model.fast_path_stats())
 
 
 def build_task(cfg: Config, corpus=None, device: str = "cpu"):
@@ -202,7 +289,7 @@ def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu"
     """Train one config from its seed; identical configs give identical histories.
 
     ``corpus`` replaces the language-model corpus (tests pass a doctored one);
-    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) goes to ``recipe.train``, which
+    ``checkpoint`` (a ``training.checkpoint.CheckpointPlan``) goes to ``train``, which
     trains on the one ``Trainer``.
     """
     cfg = config
@@ -260,41 +347,10 @@ def run(config: Config, progress: bool = True, callbacks=(), device: str = "cpu"
 # --- tuning and grids ---------------------------------------------------------------
 
 
-def rate_sweep(records: list[RunRecord]) -> pd.DataFrame:
-    """One row per (variant_key, peak rate): ``best``, the mean over the tuning seeds of
-    each run's best validation number (diverged runs count as infinitely bad), and
-    ``seeds``. What ``choose_lrs`` chooses from, and what a tuning table shows."""
-    rows = []
-    for r in records:
-        monitor = "val_loss" if r.config["dataset"] in IMAGE_DATASETS else "val_bpc"
-        best = r.history[monitor].min() if r.status == "ok" and len(r.history) else math.inf
-        rows.append({"key": r.extra.get("variant_key") or variant_key(r.config),
-                     "lr": r.config["recipe"]["lr"], "best": best})  # fmt: skip
-    return (pd.DataFrame(rows, columns=["key", "lr", "best"]).groupby(["key", "lr"])["best"]
-            .agg(best="mean", seeds="size").reset_index())  # fmt: skip
-
-
 def choose_lrs(records: list[RunRecord]) -> dict[str, float]:
     """variant_key -> the peak rate with the lowest ``rate_sweep`` mean."""
     table = rate_sweep(records)
     return {k: float(g.loc[g["best"].idxmin(), "lr"]) for k, g in table.groupby("key")}
-
-
-def resolve_dataset(root=None) -> str:
-    """ "ptb" when its files are there, else "fallback" with a warning (never silent); a
-    ValueError when ``STRUCTATTN_DATA`` names a place without them (a missing or empty
-    folder, a file): the fallback is only for when no data folder was named."""
-    if ptb_available(root):
-        return "ptb"
-    named = os.environ.get("STRUCTATTN_DATA")
-    if root is None and named:
-        raise ValueError(
-            f"STRUCTATTN_DATA={named!r} names no folder holding Penn Treebank "
-            f"({missing_ptb(named)}); point it at the folder that holds ptb/, or unset it "
-            "to use the fallback corpus"
-        )
-    warnings.warn(f"Penn Treebank not found; using the {FALLBACK_LABEL}", stacklevel=2)
-    return "fallback"
 
 
 def tuning_grid(

@@ -15,9 +15,8 @@ from matplotlib.lines import Line2D
 
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
-from structattn_lite.studies.attention.experiment import rate_sweep, variant_label
 from structattn_lite.studies.attention.grids import MAIN_VARIANTS
-from structattn_lite.studies.attention.tables import float32_finals
+from structattn_lite.studies.attention.tables import float32_finals, rate_sweep, variant_label
 
 
 def in_grid_order(variants) -> list[str]:

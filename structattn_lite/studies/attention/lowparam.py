@@ -19,20 +19,15 @@ from structattn_lite.config import results_dir
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
 from structattn_lite.studies.attention.grids import FLOORS_CSV, GRIDS, heads_for, variant_configs
+from structattn_lite.studies.attention.tables import (
+    finished_finals,
+    rate_sweep,
+    variant_key,
+    variant_label,
+)
 
 GRID = "lowparam"
 FLOORS_DRAWN = ("bigram", "trigram")  # the unigram floor (about 4.4 bpc) is off the axes
-
-
-def finals(runs: pd.DataFrame | None, fraction: float | None = 1.0) -> pd.DataFrame:
-    """The grid's final runs (those that read the test split once), finished, on this
-    fraction of the text (None: every fraction)."""
-    if runs is None or runs.empty:
-        return pd.DataFrame(columns=["d_model", "variant", "fraction", "seed"])
-    done = runs[~runs["tuning"].astype(bool) & (runs["status"] == "ok")]
-    if fraction is not None:
-        done = done[done["fraction"] == fraction]
-    return done.sort_values(["d_model", "variant", "fraction", "seed"])
 
 
 TABLE_COLUMNS = ["d_model", "heads", "variant", "tuning runs", "rate", "params",
@@ -42,11 +37,12 @@ TABLE_COLUMNS = ["d_model", "heads", "variant", "tuning runs", "rate", "params",
 
 def cells() -> list[tuple[int, str]]:
     """Every (d_model, variant) the grid trains, in its order."""
-    from structattn_lite.studies.attention.experiment import tuning_grid, variant_label
+    return list(dict.fromkeys((c["d_model"], variant_label(c)) for c in _planned()))
 
-    return list(
-        dict.fromkeys((c.d_model, variant_label(c)) for c in tuning_grid(GRID, dataset="ptb"))
-    )
+
+def _planned() -> list[dict]:
+    """The grid's runs as config fields (the rates not yet chosen), on the text."""
+    return variant_configs(GRID, dict, "ptb")
 
 
 def _test_bpc(g: pd.DataFrame) -> dict:
@@ -61,7 +57,7 @@ def table(runs: pd.DataFrame | None) -> pd.DataFrame:
     """One row per (d_model, variant) of the grid: its tuning runs so far, its chosen
     rate, parameters and test bpc over the final runs (no numbers and 0 seeds where the
     finals are not trained yet)."""
-    done = finals(runs)
+    done = finished_finals(runs)
     tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else done
     rows = []
     for d, variant in cells():
@@ -82,11 +78,10 @@ def table(runs: pd.DataFrame | None) -> pd.DataFrame:
 def low_data_table(runs: pd.DataFrame | None) -> pd.DataFrame:
     """Test bpc per variant and fraction of the text at the smallest size, where the
     low-data half is trained: mean, 95% t interval, seeds, how runs stopped."""
-    from structattn_lite.studies.attention.experiment import Config, variant_label
-
-    done = finals(runs, fraction=None)
-    trained = variant_configs(GRID, Config, "ptb")
-    parts = dict.fromkeys((c.d_model, variant_label(c)) for c in trained if c.data_fraction < 1)
+    done = finished_finals(runs, fraction=None)
+    parts = dict.fromkeys(
+        (c["d_model"], variant_label(c)) for c in _planned() if c.get("data_fraction", 1.0) < 1
+    )
     rows = []
     for d, variant in parts:
         for fraction in (*GRIDS[GRID]["fractions"], 1.0):
@@ -97,11 +92,9 @@ def low_data_table(runs: pd.DataFrame | None) -> pd.DataFrame:
 
 
 def tuning(histories: list[RunRecord]) -> pd.DataFrame:
-    """The rate sweep exactly as the choice read it (``experiment.rate_sweep``): mean best
+    """The rate sweep exactly as the choice read it (``tables.rate_sweep``): mean best
     validation bpc of the tuning runs and the seeds behind it, by size, variant and peak
     rate; rates past the grid's ``lrs`` are its widening."""
-    from structattn_lite.studies.attention.experiment import rate_sweep, variant_key
-
     tuned = [r for r in histories if not r.config["read_test"]]
     if not tuned:
         return pd.DataFrame(columns=["d_model", "variant", "lr", "val bpc", "seeds"])
@@ -123,7 +116,7 @@ def tuning_table(histories: list[RunRecord]) -> pd.DataFrame:
 
 def caption(runs: pd.DataFrame | None) -> str:
     """The grid a table or figure comes from, read off the spec and the runs."""
-    spec, done = GRIDS[GRID], finals(runs)
+    spec, done = GRIDS[GRID], finished_finals(runs)
     recipe = spec["recipe"]
     tuned = runs[runs["tuning"].astype(bool)] if runs is not None and len(runs) else done
     return (
@@ -133,7 +126,7 @@ def caption(runs: pd.DataFrame | None) -> str:
         f"bpc; rates chosen on validation at this budget over seeds "
         f"{', '.join(map(str, spec['tune_seeds']))} ({len(tuned)} tuning runs), then "
         f"{len(done)} final runs on seeds {', '.join(map(str, spec['seeds']))} and "
-        f"{len(finals(runs, fraction=None)) - len(done)} on "
+        f"{len(finished_finals(runs, fraction=None)) - len(done)} on "
         f"{' and '.join(f'{f:.0%}' for f in spec['fractions'])} of the text (d_model "
         f"{min(size['d_model'] for size in spec['sizes'])}); test bpc, mean and 95% t interval"
     )
@@ -219,14 +212,3 @@ def figure(runs: pd.DataFrame | None, histories: list[RunRecord]):
     legend_ax.legend(handles, labels, loc="center", frameon=False)
     fig.tight_layout()
     return fig
-
-
-def interaction_inputs(runs: pd.DataFrame | None, column: str = "test_bpc") -> dict:
-    """{(d_model, variant, fraction of the text): per-seed values} of the final runs, for
-    the ledger."""
-    out = {}
-    for (d, variant, fraction), g in finals(runs, fraction=None).groupby(
-        ["d_model", "variant", "fraction"]
-    ):
-        out[(int(d), variant, float(fraction))] = g[column].astype(float).tolist()
-    return out

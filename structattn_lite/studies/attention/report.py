@@ -24,12 +24,9 @@ import pandas as pd
 
 from structattn_lite import stats
 from structattn_lite.data import FALLBACK_LABEL, load_corpus
+from structattn_lite.data.text import resolve_dataset
 from structattn_lite.models.attention_checks import gradient_agreement
-from structattn_lite.report import grid_markdown, save_figure
-from structattn_lite.studies.attention.experiment import (
-    resolve_dataset,
-    tuning_grid,
-)
+from structattn_lite.report import save_figure
 from structattn_lite.studies.attention.figures import (
     plot_fraction_sweep,
     plot_grad_norms,
@@ -64,7 +61,7 @@ __all__ = [  # what the notebook calls, defined here or in tables and figures
     "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
     "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
     "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
-    "profile_plan", "pruning_table", "rate_drift", "run_browser", "summarize",
+    "pruning_table", "rate_drift", "run_browser", "summarize",
     "rate_history", "tuning_table",
 ]  # fmt: skip
 DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
@@ -290,11 +287,6 @@ def gradient_table() -> pd.DataFrame:
             rows.append({"kind": label, "input scale": scale, "tau": tau,
                          **gradient_agreement(kind, opts, scale, tau)})  # fmt: skip
     return pd.DataFrame(rows)
-
-
-def profile_plan(profile: str) -> str:
-    """The tuning runs of a profile's grid, in Markdown."""
-    return grid_markdown(tuning_grid(profile), title=f"Tuning runs of {profile!r}")
 
 
 def profile_figures(records: list, profile: str, dataset: str, floors: dict) -> dict:

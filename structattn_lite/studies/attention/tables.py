@@ -14,10 +14,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from structattn_lite import stats
-from structattn_lite.records import RunRecord
+from structattn_lite import names, stats
+from structattn_lite.records import RunRecord, config_dict
 from structattn_lite.studies.attention.grids import (
     COMMITTED_CSV,
+    IMAGE_DATASETS,
     RECIPE_TARGET_BPC,
     RETIRED_TUNING_CSV,
     part,
@@ -28,6 +29,32 @@ FLOP_KEYS = ("flops_fast", "flops_reference", "flops_analytic", "flops_pairwise"
 AUDIT_KEYS = ("nonfinite_logits", "underflow_rows", "zero_rows", "neg_sq_dist", "fast_ref_gap")
 FAST_KEYS = ("rows", "nonfinite", "saturated_rows", "max_abs_logit", "fallbacks", "calls")
 GRID_KEYS = ("d_model", "n_heads", "n_layers", "block_size", "batch_size")
+
+
+def variant_label(cfg) -> str:
+    """ "dot", "dense", "matroidal m=2d", with " (sep q/k)" for separate projections."""
+    c = cfg if isinstance(cfg, dict) else config_dict(cfg)
+    return names.variant_key(c["kind"], c["shared_qk"], c["m"], c["d_model"] // c["n_heads"])
+
+
+def variant_key(cfg) -> str:
+    """What a learning rate is tuned for: the variant on its dataset and model size."""
+    c = cfg if isinstance(cfg, dict) else config_dict(cfg)
+    return f"{c['dataset']}|{variant_label(c)}|d{c['d_model']}h{c['n_heads']}l{c['n_layers']}"
+
+
+def rate_sweep(records: list[RunRecord]) -> pd.DataFrame:
+    """One row per (variant_key, peak rate): ``best``, the mean over the tuning seeds of
+    each run's best validation number (diverged runs count as infinitely bad), and
+    ``seeds``. What ``choose_lrs`` chooses from, and what a tuning table shows."""
+    rows = []
+    for r in records:
+        monitor = "val_loss" if r.config["dataset"] in IMAGE_DATASETS else "val_bpc"
+        best = r.history[monitor].min() if r.status == "ok" and len(r.history) else math.inf
+        rows.append({"key": r.extra.get("variant_key") or variant_key(r.config),
+                     "lr": r.config["recipe"]["lr"], "best": best})  # fmt: skip
+    return (pd.DataFrame(rows, columns=["key", "lr", "best"]).groupby(["key", "lr"])["best"]
+            .agg(best="mean", seeds="size").reset_index())  # fmt: skip
 
 
 def summarize(records: list[RunRecord]) -> pd.DataFrame:
@@ -237,6 +264,28 @@ def difference(a, b) -> tuple[float, float, float, int]:
 def finals(summary: pd.DataFrame) -> pd.DataFrame:
     """The final runs (tuning runs left out) that finished."""
     return summary[~summary["tuning"].astype(bool)]
+
+
+def finished_finals(runs: pd.DataFrame | None, fraction: float | None = 1.0) -> pd.DataFrame:
+    """A grid's final runs (those that read the test split once), finished, on this
+    fraction of the text (None: every fraction)."""
+    if runs is None or runs.empty:
+        return pd.DataFrame(columns=["d_model", "variant", "fraction", "seed"])
+    done = runs[~runs["tuning"].astype(bool) & (runs["status"] == "ok")]
+    if fraction is not None:
+        done = done[done["fraction"] == fraction]
+    return done.sort_values(["d_model", "variant", "fraction", "seed"])
+
+
+def cell_values(runs: pd.DataFrame | None, column: str = "test_bpc") -> dict:
+    """{(d_model, variant, fraction of the text): per-seed values} of the final runs, for
+    the ledger."""
+    out = {}
+    for (d, variant, fraction), g in finished_finals(runs, fraction=None).groupby(
+        ["d_model", "variant", "fraction"]
+    ):
+        out[(int(d), variant, float(fraction))] = g[column].astype(float).tolist()
+    return out
 
 
 def float32_finals(summary: pd.DataFrame, parts=("main", "low data")) -> pd.DataFrame:
