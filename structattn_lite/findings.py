@@ -36,6 +36,7 @@ from structattn_lite.report import (
     figure_bytes,
     figure_size,
     length_panel,
+    plot_ours,
     save_figure,
 )
 from structattn_lite.studies.grokking.report import GAP_METRIC, LEVELS, seed_curves
@@ -392,12 +393,11 @@ def ledger_figure(table: pd.DataFrame):
     ax.barh(y, band_high - band_low, left=band_low, height=0.6, color="#dddddd",
             label="published ± margin")  # fmt: skip
     ours = rows["ours"]
-    low, high = rows["low"].fillna(ours).clip(0, 1), rows["high"].fillna(ours).clip(0, 1)
-    for verdict, color in VERDICT_COLOR.items():
-        pick = (rows["verdict"] == verdict).to_numpy() & ours.notna().to_numpy()
-        yy = [i for i, p in zip(y, pick, strict=True) if p]
-        ax.errorbar(ours[pick], yy, xerr=[ours[pick] - low[pick], high[pick] - ours[pick]],
-                    fmt="o", color=color, ms=3, lw=1, label=f"ours: {verdict}")  # fmt: skip
+    drawn = rows.assign(low=rows["low"].fillna(ours).clip(0, 1),
+                        high=rows["high"].fillna(ours).clip(0, 1))  # fmt: skip
+    for yy, (_, r) in zip(y, drawn.iterrows(), strict=True):
+        if not pd.isna(r["ours"]):
+            plot_ours(ax, yy, r)
     diverged = [diverged_seeds(r) for r in rows["reason"]]
     for yy, counts, value in zip(y, diverged, ours, strict=True):
         if counts is None:
@@ -416,6 +416,9 @@ def ledger_figure(table: pd.DataFrame):
     ax.set_xlabel("accuracy or F1 (published beside ours)")
     ax.set_xlim(-0.03, 1.03)
     handles, labels = ax.get_legend_handles_labels()
+    for verdict, color in VERDICT_COLOR.items():
+        handles.append(plt.Line2D([], [], marker="o", ms=3, ls="", color=color))
+        labels.append(f"ours: {verdict}")
     handles.append(plt.Line2D([], [], marker="x", ls="", color=VERDICT_COLOR[stats.NOT_REPRODUCED]))
     labels.append("diverged (non-finite loss): no value of ours, right column")
     ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.55, -0.6 / height),
@@ -456,10 +459,8 @@ def attention_figure(table: pd.DataFrame):
             if pd.isna(r["low"]):
                 ax.text(0, yy, "no runs yet", fontsize=5.5, va="center", ha="center", color="0.4")
                 continue
-            color = VERDICT_COLOR[r["verdict"]]
             hollow = f"; {stats.UNTUNED} " in r["reason"]  # the tuning rule decided it
-            ax.errorbar(r["ours"], yy, xerr=[[r["ours"] - r["low"]], [r["high"] - r["ours"]]],
-                        fmt="o", ms=3, lw=1, color=color, mfc="white" if hollow else color)  # fmt: skip
+            plot_ours(ax, yy, r, hollow=hollow)
         _label_rows(ax, y, rows)
         ends = pd.concat([rows["low"], rows["high"]]).dropna().abs()
         reach = max(ends.max() if len(ends) else 0, stats.BPC_MARGIN) * 1.15

@@ -234,6 +234,20 @@ def figure_bytes(fig: matplotlib.figure.Figure, fmt: str) -> bytes:
 VERDICT_COLOR = {"reproduced": "#1b7837", "not reproduced": "#b2182b", "undecided": "#878787"}
 
 
+def plot_ours(ax, at: float, row, *, vertical: bool = False, hollow: bool = False, **style):
+    """One ledger row's number of ours and its 95% interval (``row``'s ``ours``, ``low``,
+    ``high``), coloured by its verdict, at ``at`` on the other axis (a y position; an x
+    position with ``vertical``); ``hollow``: an open marker. The one way every figure draws
+    "ours" against what a claim needs; ``style`` overrides the marker, sizes or label."""
+    color = VERDICT_COLOR.get(row["verdict"], VERDICT_COLOR["undecided"])
+    ours = row["ours"]
+    err = [[ours - row["low"]], [row["high"] - ours]]
+    kw = {"fmt": "o", "ms": 3, "lw": 1, "color": color, "mfc": "white" if hollow else color}
+    if vertical:
+        return ax.errorbar([at], [ours], yerr=err, **{**kw, **style})
+    return ax.errorbar([ours], [at], xerr=err, **{**kw, **style})
+
+
 def _verdict_color(value) -> str:
     text = str(value)
     if text.startswith("reproduced"):

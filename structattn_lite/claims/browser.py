@@ -17,7 +17,7 @@ from structattn_lite import names
 from structattn_lite.claims import committed, ledger
 from structattn_lite.claims.csp import GAP_COMMAND
 from structattn_lite.claims.rows import diverged_seeds
-from structattn_lite.report import VERDICT_COLOR, figure_size
+from structattn_lite.report import VERDICT_COLOR, figure_size, plot_ours
 from structattn_lite.studies.grokking.report import seed_curves
 from structattn_lite.studies.grokking.results import committed_records
 
@@ -117,9 +117,8 @@ def claim_figure(row: pd.Series):
     if not pd.isna(row["published"]):
         ax.axhline(row["published"], color="#2166ac", lw=1, label="published")
     if len(row["values"]) == 1 and not pd.isna(row["low"]):
-        ax.errorbar([0.3], [row["ours"]], yerr=[[row["ours"] - row["low"]],
-                    [row["high"] - row["ours"]]], fmt="o", color=color, capsize=3,
-                    label="ours, 95% interval")  # fmt: skip
+        plot_ours(ax, 0.3, row, vertical=True, ms=None, lw=None, capsize=3,
+                        label="ours, 95% interval")  # fmt: skip
     ax.set(title=f"seed by seed: {row['verdict']}", xlim=(-0.6, max(len(row["values"]), 2) - 0.4))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6, loc="best")
