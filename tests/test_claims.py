@@ -195,3 +195,48 @@ def test_seeds_are_priced_at_their_own_cells_pace():
     assert mod3 > 5 * dyck > 0
     assert mod3 > 2 * rows.seed_seconds("gap")
     assert math.isnan(rows.seed_seconds("gap", task="no such task"))
+
+
+def _fresh_gap_results(tmp_path, seeds):
+    """A copy of data/results holding a fresh_gap file: the gap grid's paper-text runs of
+    parity and mod-3, relabelled to ``seeds`` (each committed seed s to s + 10 and s + 20)."""
+    import dataclasses
+    import shutil
+
+    from structattn_lite.config import results_dir
+    from structattn_lite.records import export_histories
+    from structattn_lite.studies.grokking.grids import COMMITTED_CSV
+    from structattn_lite.studies.grokking.results import committed_records
+
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    runs = [r for r in committed_records("gap")
+            if r.config["preset"] == "paper" and r.config["task"] in ("parity", "mod3")]  # fmt: skip
+    fresh = [dataclasses.replace(r, key=f"{r.key}-{shift}", config={**r.config, "seed": r.seed + shift})
+             for shift in (10, 20) for r in runs if r.seed + shift in seeds]  # fmt: skip
+    export_histories(fresh, copy / COMMITTED_CSV["fresh_gap"])
+    return copy
+
+
+@pytest.mark.parametrize("complete", [True, False])
+def test_gap_rows_read_their_fresh_seeds_once_all_are_in(tmp_path, monkeypatch, complete):
+    """The paper text's gap, spike and curve rows name fresh seeds 10-29 (grid fresh_gap):
+    with every one committed they are read on those alone, confirmatory; with one missing,
+    on the gap grid's seeds 0-9, exploratory, saying what they wait for."""
+    seeds = set(range(10, 30)) - (set() if complete else {29})
+    monkeypatch.setenv("STRUCTATTN_RESULTS", str(_fresh_gap_results(tmp_path, seeds)))
+    table = claims.ledger().set_index("id")
+    for ident in ("gap/paper/parity", "spike/paper/mod3", "csp/plateau/mod3",
+                  "csp/grad_profile/mod3", "csp/gap_order"):  # fmt: skip
+        r = table.loc[ident]
+        if complete:
+            assert (r["grid"], r["evidence"]) == ("fresh_gap", "confirmatory"), ident
+            assert "--grid fresh_gap" in r["command"] and "exploratory until" not in r["reason"]
+        else:
+            assert (r["grid"], r["evidence"]) == ("gap", "exploratory"), ident
+            assert (
+                "exploratory until the fresh seeds 10-29 (grokking grid fresh_gap)" in r["reason"]
+            )
+    if complete:  # 20 seeds, the committed 10 twice over: the counts double
+        assert table.loc["csp/grad_profile/mod3", "seeds"] == 20
+        assert table.loc["gap/paper/dyck1", "grid"] == "gap"  # its rule names no fresh seeds

@@ -124,9 +124,11 @@ def test_fresh_seeds_were_committed_after_the_rule_that_reads_them():
         study, grid, _ = fresh
         named = f"({study} {grid})"
         registered = next(
-            c for c in history
-            if (at := _at(c)).loc[at["id"] == ident, "seeds"].str.endswith(named).any()
+            (c for c in history
+             if (at := _at(c)).loc[at["id"] == ident, "seeds"].str.endswith(named).any()),
+            None,
         )  # fmt: skip
+        assert registered, f"{ident}'s rule names {grid} but no commit holds it: commit it first"
         files = get_study(study).COMMITTED_CSV
         names = files[grid] if isinstance(files[grid], tuple) else (files[grid],)
         for name in names:

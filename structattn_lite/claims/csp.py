@@ -197,30 +197,70 @@ GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-
 MORE_SEEDS_COMMAND = "structattn run grokking --grid gap_seeds --seed-batching"
 
 
+def _fresh_reader():
+    """``read_on(row id)``: where a gap-grid row is read. The fresh grid its rule names
+    once every planned seed of every task of that grid is committed: (its records, fields
+    naming the grid, its command and ``fresh_read``); otherwise (None, {})."""
+    from structattn_lite.studies.grokking.grids import GRIDS
+
+    cache = {}
+
+    def read_on(ident):
+        named = rule_of(ident).fresh
+        if named is None:
+            return None, {}
+        _, grid, seeds = named
+        if grid not in cache:
+            records = [r for r in committed_records(grid) if r.seed in seeds]
+            spec = GRIDS[grid]
+            have = {(r.config["task"], r.config["preset"], r.seed) for r in records}
+            need = {(t, p, s) for t in spec["tasks"] for p in spec["presets"] for s in seeds}
+            cache[grid] = records if need <= have else None
+        if cache[grid] is None:
+            return None, {}
+        command = f"structattn run grokking --grid {grid} --seed-batching"
+        return cache[grid], {"fresh_read": True, "grid": grid, "command": command}
+
+    return read_on
+
+
+def _gap_frame(records, in_gap=None) -> pd.DataFrame:
+    """Per seed: task, preset, seed, its gaps (``seed_gaps``) and whether a run is one
+    only ``gap_seeds`` holds (not in ``in_gap``, the gap grid's keys; None: none is)."""
+    return pd.DataFrame(
+        [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
+          "more_seeds": in_gap is not None and (r.experiment, r.key) not in in_gap,
+          **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)],
+        columns=["task", "preset", "seed", "more_seeds", "jump", "last", "gap_99", "gap_100",
+                 "plateau", "spike_offset"],
+    )  # fmt: skip
+
+
 def grokking() -> list[dict]:
     # gap: seeds 0-9 per cell; gap_seeds: seeds 10-24 of the authors' model on parity and
-    # mod-3. A run in both files (gap_seeds trained mod-3 seeds 5-9 that gap's file holds) counts once.
+    # mod-3. A run in both files (gap_seeds trained mod-3 seeds 5-9 that gap's file holds)
+    # counts once. A row whose rule names fresh seeds reads those alone once all are in.
     gap = committed_records("gap")
     in_gap = {(r.experiment, r.key) for r in gap}
     records = list(
         {(r.experiment, r.key): r for r in gap + committed_records("gap_seeds")}.values()
     )
-    per_seed = pd.DataFrame(
-        [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
-          "more_seeds": (r.experiment, r.key) not in in_gap,  # a run gap_seeds alone holds
-          **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]
-    )  # fmt: skip
+    per_seed = _gap_frame(records, in_gap)
+    read_on = _fresh_reader()
     protocol = PAPER_TEXT.replace(display_name("paper"), "each model")
     rows = []
     for preset in GAP_PRESETS:
         for task, paper in PAPER_GROKKING_GAP.items():
-            seeds = per_seed[(per_seed["task"] == task) & (per_seed["preset"] == preset)]
+            fresh, where = read_on(f"gap/{preset}/{task}")
+            frame = per_seed if fresh is None else _gap_frame(fresh)
+            seeds = frame[(frame["task"] == task) & (frame["preset"] == preset)]
             if seeds.empty:
                 continue
             # the command that trains every seed the row reads
             command = GAP_COMMAND + (
                 f" && {MORE_SEEDS_COMMAND}" if seeds["more_seeds"].any() else ""
             )
+            where = {"grid": "gap", "command": command, **where}
             jumped = seeds[seeds["jump"].notna()]
             verdicts = {level: gap_verdict(seeds, paper, f"gap_{level}") for level in ("100", "99")}
             ours, low, high, verdict, reason = verdicts["100"]
@@ -232,7 +272,7 @@ def grokking() -> list[dict]:
                 source="CSP paper, section 4.2.1", published=paper[0], ours=ours, low=low,
                 high=high, seeds=len(seeds), verdict=verdict,
                 reason=f"{reason} (at 99%: {verdicts['99'][4].split(';')[0]})",
-                protocol=protocol, grid="gap", notebook="03, grokking gap", command=command,
+                protocol=protocol, notebook="03, grokking gap", **where,
             ))  # fmt: skip
             # the spike "at the jump" presumes a jump from chance: only such seeds count
             phased = jumped[jumped["plateau"].astype(bool)]
@@ -255,7 +295,7 @@ def grokking() -> list[dict]:
                       f"{display_name(preset)}",
                 source="CSP paper, section 4.2.1", ours=at / max(len(phased), 1),
                 low=share[0], high=share[1], seeds=len(phased), verdict=verdict, reason=reason,
-                protocol=protocol, grid="gap", notebook="03, gradient-norm spikes", command=command,
+                protocol=protocol, notebook="03, gradient-norm spikes", **where,
             ))  # fmt: skip
     return rows
 
@@ -265,11 +305,11 @@ PAPER_PLATEAU = {"mod3": 80.0, "dyck1": 120.0}  # Fig. 3: epochs at chance, "abo
 PAPER_SPIKE_EPOCH = ("mod3", 85.0)  # Fig. 4 / section 4.2.2: "around epoch 85", on mod-3
 
 
-def _curves_per_seed(preset: str = "paper") -> pd.DataFrame:
-    """Per seed of the gap grid: its first epoch at 90% (the jump), its epochs at chance
-    before the jump, and its gap to 100% (None when never reached)."""
+def _curves_per_seed(records, preset: str = "paper") -> pd.DataFrame:
+    """Per seed of ``records`` (a grid's): its first epoch at 90% (the jump), its epochs at
+    chance before the jump, and its gap to 100% (None when never reached)."""
     rows = []
-    for r in committed_records("gap"):
+    for r in records:
         task = r.config["task"]
         if r.config["preset"] != preset or not len(r.history):
             continue
@@ -284,43 +324,59 @@ def _curves_per_seed(preset: str = "paper") -> pd.DataFrame:
 
 
 def curves() -> list[dict]:
-    """The paper's words about its training curves, on CSP (paper text)'s gap runs."""
-    seeds = _curves_per_seed()
-    if seeds.empty:
+    """The paper's words about its training curves, on CSP (paper text)'s gap runs (or the
+    fresh seeds a row's rule names, once all are in)."""
+    committed = _curves_per_seed(committed_records("gap"))
+    if committed.empty:
         return []
-    of = lambda task, column: seeds.loc[seeds["task"] == task, column].dropna().tolist()  # noqa: E731
-    fields = dict(study="CSP", protocol=PAPER_TEXT, grid="gap", command=GAP_COMMAND)
+    read_on = _fresh_reader()
+
+    def per_seed(ident):
+        """The per-seed frame a row reads, and its grid, command and ``fresh_read``."""
+        fresh, where = read_on(ident)
+        frame = committed if fresh is None else _curves_per_seed(fresh)
+        return frame, {"grid": "gap", "command": GAP_COMMAND, **where}
+
+    def of(frame, task, column):
+        return frame.loc[frame["task"] == task, column].dropna().tolist()
+
+    fields = dict(study="CSP", protocol=PAPER_TEXT)
     rows = []
 
     def longer(ident, first, second, column, words, source):
         """A row for "``first``'s ``column`` is larger than ``second``'s" (Welch, delta)."""
-        a, b = of(first, column), of(second, column)
+        frame, where = per_seed(ident)
+        a, b = of(frame, first, column), of(frame, second, column)
         (diff, low, high), verdict, reason = stats.difference(
             a, b, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
         return row(
             {display_name(first): a, display_name(second): b}, id=ident,
             claim=f"{words}, {display_name('paper')}", source=source, ours=diff, low=low,
             high=high, seeds=min(len(a), len(b)), verdict=verdict, reason=reason,
-            notebook="03, grokking gap", **fields)  # fmt: skip
+            notebook="03, grokking gap", **fields, **where)  # fmt: skip
 
     rows.append(longer("csp/convergence/order", "dyck1", "parity", "jump",
                        "parentheses take longer than parity to converge (about 150 against 50 "
                        "epochs)", "CSP paper, section 3.2"))  # fmt: skip
     for task, paper in PAPER_PLATEAU.items():
-        values = pd.Series(of(task, "at_chance"), dtype=float)
+        ident = f"csp/plateau/{task}"
+        frame, where = per_seed(ident)
+        values = pd.Series(of(frame, task, "at_chance"), dtype=float)
         rows.append(published_row(
-            values, 0, paper, bounds=stats.EPOCHS, id=f"csp/plateau/{task}",
+            values, 0, paper, bounds=stats.EPOCHS, id=ident,
             cell={"task": task, "preset": "paper"},
             claim=f"{display_name(task)} sits at chance for about {paper:.0f} epochs before it learns, "
                   f"{display_name('paper')}", source="CSP paper, Fig. 3",
-            notebook="03, grokking gap", **fields))  # fmt: skip
+            notebook="03, grokking gap", **fields, **where))  # fmt: skip
     task, paper = PAPER_SPIKE_EPOCH
+    ident = f"csp/grad_profile/{task}"
+    frame, where = per_seed(ident)
     rows.append(published_row(
-        pd.Series(of(task, "spike"), dtype=float), 0, paper, bounds=stats.EPOCHS,
-        id=f"csp/grad_profile/{task}", cell={"task": task, "preset": "paper"},
+        pd.Series(of(frame, task, "spike"), dtype=float), 0, paper, bounds=stats.EPOCHS,
+        id=ident, cell={"task": task, "preset": "paper"},
         claim=f"on {display_name(task)} the gradient norm spikes around epoch {paper:.0f}, after "
               f"a flat phase, {display_name('paper')}", source="CSP paper, section 4.2.2 and Fig. 4",
-        notebook="03, grokking gap", **fields))  # fmt: skip
+        notebook="03, grokking gap", **fields, **where))  # fmt: skip
     rows.append(longer("csp/gap_order", "mod3", "parity", "gap_100",
                        "the grokking gap grows with difficulty: mod-3's is longer than parity's",
                        "CSP paper, section 4.2.1"))  # fmt: skip

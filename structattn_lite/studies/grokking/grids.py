@@ -70,6 +70,18 @@ GRIDS: dict[str, dict[str, Any]] = {
         "presets": ("authors_3bb9f71",),
         "hold_perfect": 10,
     },
+    # fresh_gap: fresh seeds (10-29) of the paper text's model on parity and mod-3, in the
+    # gap grid's setting, for the rows whose rules were written after the gap grid's seeds
+    # 0-9 were read (its gap, spike, plateau and gradient-profile rows): they are decided on
+    # these seeds alone once all are in. Trained as two stacks of ten seeds per task.
+    "fresh_gap": {
+        "tasks": ("parity", "mod3"),
+        "seeds": tuple(range(10, 30)),
+        "epochs": 300,
+        "n": None,
+        "presets": ("paper",),
+        "hold_perfect": 10,
+    },
 }
 
 
@@ -82,6 +94,7 @@ COMMITTED_CSV = {
     "paper_era": "csp_paper_era_parity.csv.gz",
     "gap": "csp_grokking_gap.csv.gz",
     "gap_seeds": "csp_grokking_gap_more_seeds.csv.gz",
+    "fresh_gap": "csp_grokking_fresh_gap.csv.gz",
 }
 
 # The ``structattn run`` flags this study's runs take (``cli.FLAG_FIELDS``: a field of its
