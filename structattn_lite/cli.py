@@ -22,7 +22,6 @@ import dataclasses
 import os
 import sys
 import tempfile
-import time
 import warnings
 
 from structattn_lite import __version__, config
@@ -226,9 +225,6 @@ def _summary(records) -> str:
     return pd.DataFrame(rows).to_string(index=False)
 
 
-WAIT_FOR_OTHERS_S = 30  # between looks at runs another process holds
-
-
 def _sweep_options(args) -> dict:
     """The flags of ``_execution_options`` that ``runs.sweep`` takes as they are."""
     return {
@@ -237,26 +233,18 @@ def _sweep_options(args) -> dict:
 
 
 def _run(args) -> int:
-    from structattn_lite.runs import held_elsewhere, sweep
+    from structattn_lite.runs import run_staged
 
-    configs = args.configs  # built and checked by _check
-    options = _sweep_options(args)
+    def waiting(count: int) -> None:
+        print(f"structattn: waiting for {count} run(s) another process is training",
+              file=sys.stderr)  # fmt: skip
+
     with _unfinished_log() as log:
-        while True:
-            records = sweep(args.study, configs, seed_batching=args.seed_batching, **options)
-            # A staged grid (attention: tune, then the finals; length: fit, then refit the
-            # cells that did not) grows once its first stage is on disk: go on until it stops.
-            grown = [] if args.only_cached else _configs(args)
-            if grown and grown != configs:
-                configs = grown
-                continue
-            # Runs another process trains may grow the grid once they are in: wait for them.
-            waiting = held_elsewhere(args.study, configs) if args.wait else []
-            if not waiting:
-                break
-            print(f"structattn: waiting for {len(waiting)} run(s) another process is training",
-                  file=sys.stderr)  # fmt: skip
-            time.sleep(WAIT_FOR_OTHERS_S)
+        records = run_staged(
+            args.study, lambda: _configs(args), first=args.configs,  # built and checked by _check
+            wait=args.wait, on_wait=waiting, seed_batching=args.seed_batching,
+            **_sweep_options(args),
+        )  # fmt: skip
         print(_summary(records) if records else "no finished runs")
         return _report_unfinished(log, records)
 

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import json
 import os
+import time
 import traceback
 import uuid
 import warnings
@@ -345,18 +346,46 @@ def sweep(
     return [records[i] for i in sorted(records)]
 
 
+WAIT_FOR_OTHERS_S = 30  # between looks at runs another process holds
+
+
+def run_staged(
+    study: Any,
+    configs_for: Callable[[], list[Any]],
+    *,
+    first: list[Any] | None = None,
+    wait: bool = False,
+    on_wait: Callable[[int], None] | None = None,
+    **sweep_options,
+) -> list[RunRecord]:
+    """A staged grid run to its end: sweep ``configs_for()`` (``first`` the first time,
+    when given) again while the records on disk grow it (attention: tune, widening where
+    the grid asks, choose each variant's rate on validation, train the finals, then the
+    edge check; length: fit, then refit the cells that did not). With ``wait``, the runs
+    another process holds are waited for, since they too may grow it (``on_wait(count)``
+    before each wait of ``WAIT_FOR_OTHERS_S``). ``sweep_options``: as ``sweep`` takes them."""
+    study = get_study(study)
+    configs = configs_for() if first is None else first
+    while True:
+        records = sweep(study, configs, **sweep_options)
+        grown = [] if sweep_options.get("only_cached") else configs_for()
+        if grown and grown != configs:
+            configs = grown
+            continue
+        waiting = held_elsewhere(study, configs, sweep_options.get("store")) if wait else []
+        if not waiting:
+            return records
+        if on_wait is not None:
+            on_wait(len(waiting))
+        time.sleep(WAIT_FOR_OTHERS_S)
+
+
 def run_grid(study: Any, name: str, progress: bool = True, **sweep_options) -> list[RunRecord]:
-    """A staged grid run to its end (attention: tune, widening where the grid asks, choose
-    each variant's rate on validation, train the finals, then the edge check; length:
-    fit, then refit the cells that did not): sweep ``study.grid(name)`` again while the
-    records on disk grow it. ``sweep_options``: as ``sweep`` takes them."""
+    """``run_staged`` over the grid ``name`` as the records on disk grow it.
+    ``sweep_options``: as ``sweep`` takes them."""
     study = get_study(study)
     store = {"store": sweep_options["store"]} if sweep_options.get("store") else {}
-    configs, records = [], []
-    while (more := study.grid(name, **store)) != configs:
-        configs = more
-        records = sweep(study, configs, progress=progress, **sweep_options)
-    return records
+    return run_staged(study, lambda: study.grid(name, **store), progress=progress, **sweep_options)
 
 
 # --- where units train: in this process, or as tasks on a Ray cluster ------------------

@@ -332,16 +332,18 @@ def test_run_waits_for_the_runs_another_process_holds_before_it_stops(runs, monk
     naps, real_sleep = [], time.sleep
 
     def other_process_finishes(seconds):
-        if seconds != cli.WAIT_FOR_OTHERS_S:  # (time.sleep is patched for all: a lock's poll)
+        if (
+            seconds != run_driver.WAIT_FOR_OTHERS_S
+        ):  # (time.sleep is patched for all: a lock's poll)
             return real_sleep(seconds)
         naps.append(seconds)
         store.save(fake_run(configs[0]))
         lock.release()
 
-    monkeypatch.setattr(cli.time, "sleep", other_process_finishes)
+    monkeypatch.setattr(time, "sleep", other_process_finishes)
     with pytest.warns(UserWarning, match="already being trained by process"):  # said, not silent
         assert cli.main([*SMOKE, "--wait"]) == 0  # its run came in while this command waited
-    assert naps == [cli.WAIT_FOR_OTHERS_S]
+    assert naps == [run_driver.WAIT_FOR_OTHERS_S]
     assert held_elsewhere(grokking, configs, store) == []
 
 

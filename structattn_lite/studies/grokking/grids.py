@@ -73,7 +73,8 @@ GRIDS: dict[str, dict[str, Any]] = {
     # fresh_gap: fresh seeds (10-29) of the paper text's model on parity and mod-3, in the
     # gap grid's setting, for the rows whose rules were written after the gap grid's seeds
     # 0-9 were read (its gap, spike, plateau and gradient-profile rows): they are decided on
-    # these seeds alone once all are in. Trained as two stacks of ten seeds per task.
+    # these seeds alone once all are in. Trained in stacks of five seeds per task (each
+    # record names its stack).
     "fresh_gap": {
         "tasks": ("parity", "mod3"),
         "seeds": tuple(range(10, 30)),
