@@ -34,6 +34,32 @@ from structattn_lite.models.csp_authors import (
 from structattn_lite.models.csp_stacked import SeedStack, _rotate, _TokenRows, seed_token_rows
 
 
+def _recur_out_of_place(drive, c, w):
+    """``_StateRecurrence``'s forward with every step a new tensor: (h, alpha)."""
+    a_t = list(torch.sigmoid(c.neg()).unbind(1))
+    h_t = [drive[:, 0]]
+    if w is not None:
+        neg_c, neg_w = c.neg().unbind(1), w.neg()
+    for t in range(1, drive.shape[1]):
+        if w is not None:
+            a_t[t] = torch.sigmoid(torch.baddbmm(neg_c[t], h_t[t - 1], neg_w))
+        h_t.append(torch.addcmul(drive[:, t], a_t[t], h_t[t - 1]))
+    return torch.stack(h_t, 1), torch.stack(a_t, 1)
+
+
+def _recur_back_out_of_place(g, alpha, h, slope, w_row):
+    """``_StateRecurrence``'s backward with every step a new tensor: (g_drive, g_c)."""
+    gd_t, a_t, h_t, s_t = list(g.unbind(1)), alpha.unbind(1), h.unbind(1), slope.unbind(1)
+    gc_t = [torch.zeros_like(a) for a in a_t]
+    for t in range(len(gd_t) - 1, 0, -1):
+        g_a = torch.linalg.vecdot(gd_t[t], h_t[t - 1]).unsqueeze(-1)
+        gc_t[t] = g_a * s_t[t]
+        gd_t[t - 1] = torch.addcmul(gd_t[t - 1], a_t[t], gd_t[t])
+        if w_row is not None:
+            gd_t[t - 1] = torch.addcmul(gd_t[t - 1], gc_t[t], w_row)
+    return torch.stack(gd_t, 1), torch.stack(gc_t, 1)
+
+
 class _StateRecurrence(torch.autograd.Function):
     """h_t = a_t h_{t-1} + drive_t, a_t = sigmoid(-(w . h_{t-1} + c_t)), h_{-1} = 0.
 
@@ -41,35 +67,45 @@ class _StateRecurrence(torch.autograd.Function):
     that does not read the state) -> h [S, T, B, F].
     """
 
+    # Eagerly, each step updates a view of one buffer in place: a step's float32 numbers
+    # depend on the geometry its elementwise kernels see, and the committed runs trained
+    # this way. Under torch.compile (which cannot trace writes into views) each step is a
+    # new tensor, stacked at the end.
     @staticmethod
     def forward(ctx, drive, c, w):
-        h = drive.clone()
-        alpha = torch.sigmoid(c.neg())  # the state's share is added step by step below
-        h_t, a_t = h.unbind(1), alpha.unbind(1)
-        if w is not None:  # sigmoid(-(w.h + c)) = sigmoid((-w).h + (-c)): negation is exact
-            neg_c, neg_w = c.neg().unbind(1), w.neg()
-        for t in range(1, len(h_t)):
-            if w is not None:
-                torch.sigmoid(torch.baddbmm(neg_c[t], h_t[t - 1], neg_w), out=a_t[t])
-            h_t[t].addcmul_(a_t[t], h_t[t - 1])
+        if torch.compiler.is_compiling():
+            h, alpha = _recur_out_of_place(drive, c, w)
+        else:
+            h = drive.clone()
+            alpha = torch.sigmoid(c.neg())  # the state's share is added step by step below
+            h_t, a_t = h.unbind(1), alpha.unbind(1)
+            if w is not None:  # sigmoid(-(w.h + c)) = sigmoid((-w).h + (-c)): negation is exact
+                neg_c, neg_w = c.neg().unbind(1), w.neg()
+            for t in range(1, len(h_t)):
+                if w is not None:
+                    torch.sigmoid(torch.baddbmm(neg_c[t], h_t[t - 1], neg_w), out=a_t[t])
+                h_t[t].addcmul_(a_t[t], h_t[t - 1])
         ctx.save_for_backward(h, alpha, w)
         return h
 
     @staticmethod
     def backward(ctx, g):
         h, alpha, w = ctx.saved_tensors
-        g_drive = g.clone()
-        g_c = torch.zeros_like(alpha)
         slope = alpha * (alpha - 1)  # d sigmoid(-u)/du = -a (1 - a)
-        gd_t, gc_t, a_t, h_t, s_t = (t.unbind(1) for t in (g_drive, g_c, alpha, h, slope))
         w_row = None if w is None else w.transpose(1, 2)  # [S, 1, F]
-        for t in range(len(gd_t) - 1, 0, -1):
-            # h_t = a_t h_{t-1} + drive_t: the gradient reaching h_t is g_drive_t
-            g_a = torch.linalg.vecdot(gd_t[t], h_t[t - 1]).unsqueeze(-1)
-            torch.mul(g_a, s_t[t], out=gc_t[t])
-            gd_t[t - 1].addcmul_(a_t[t], gd_t[t])
-            if w is not None:  # through u_t = w . h_{t-1} + c_t
-                gd_t[t - 1].addcmul_(gc_t[t], w_row)
+        if torch.compiler.is_compiling():
+            g_drive, g_c = _recur_back_out_of_place(g, alpha, h, slope, w_row)
+        else:
+            g_drive = g.clone()
+            g_c = torch.zeros_like(alpha)
+            gd_t, gc_t, a_t, h_t, s_t = (t.unbind(1) for t in (g_drive, g_c, alpha, h, slope))
+            for t in range(len(gd_t) - 1, 0, -1):
+                # h_t = a_t h_{t-1} + drive_t: the gradient reaching h_t is g_drive_t
+                g_a = torch.linalg.vecdot(gd_t[t], h_t[t - 1]).unsqueeze(-1)
+                torch.mul(g_a, s_t[t], out=gc_t[t])
+                gd_t[t - 1].addcmul_(a_t[t], gd_t[t])
+                if w is not None:  # through u_t = w . h_{t-1} + c_t
+                    gd_t[t - 1].addcmul_(gc_t[t], w_row)
         g_w = None
         if w is not None:  # sum over steps and batch of h_{t-1} g_u_t
             hs = h[:, :-1].reshape(h.shape[0], -1, h.shape[-1])
@@ -142,9 +178,12 @@ class _Phase(torch.autograd.Function):
         xe, y = x[..., 0, :] + eps, x[..., 1, :]
         r = torch.hypot(xe, y)
         safe = torch.where(r > 0, r, 1.0)
-        out = torch.empty_like(x)
-        out[..., 0, :] = torch.where(r > 0, xe / safe, 1.0)
-        torch.div(y, safe, out=out[..., 1, :])
+        if torch.compiler.is_compiling():  # out of place: torch.compile cannot trace out= views
+            out = torch.stack((torch.where(r > 0, xe / safe, 1.0), y / safe), -2)
+        else:  # as the committed runs computed it
+            out = torch.empty_like(x)
+            out[..., 0, :] = torch.where(r > 0, xe / safe, 1.0)
+            torch.div(y, safe, out=out[..., 1, :])
         ctx.save_for_backward(xe, y, safe)
         return out
 

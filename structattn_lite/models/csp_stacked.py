@@ -51,13 +51,18 @@ def _dot(a5: torch.Tensor, b5: torch.Tensor) -> torch.Tensor:
 def _rotate(x5: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, back: bool = False):
     """x e^{i theta} per component of x [..., 2, d]; ``back``: e^{-i theta}, the way a
     gradient goes back through the rotation."""
-    xr, xi, out = x5[..., 0, :], x5[..., 1, :], torch.empty_like(x5)
-    if back:
-        torch.mul(xr, cos, out=out[..., 0, :]).addcmul_(xi, sin)
-        torch.mul(xi, cos, out=out[..., 1, :]).addcmul_(xr, sin, value=-1.0)
+    xr, xi = x5[..., 0, :], x5[..., 1, :]
+    if back:  # each half as a b + v c d
+        terms = ((xr, cos, xi, sin, 1.0), (xi, cos, xr, sin, -1.0))
     else:
-        torch.mul(xr, cos, out=out[..., 0, :]).addcmul_(xi, sin, value=-1.0)
-        torch.mul(xr, sin, out=out[..., 1, :]).addcmul_(xi, cos)
+        terms = ((xr, cos, xi, sin, -1.0), (xr, sin, xi, cos, 1.0))
+    if torch.compiler.is_compiling():  # out of place: torch.compile cannot trace out= views
+        return torch.stack([torch.addcmul(a * b, c, d, value=v) for a, b, c, d, v in terms], -2)
+    # eagerly into the halves of one buffer, as the committed runs computed it (an
+    # elementwise kernel's float32 rounding can depend on the geometry it sees)
+    out = torch.empty_like(x5)
+    for half, (a, b, c, d, v) in enumerate(terms):
+        torch.mul(a, b, out=out[..., half, :]).addcmul_(c, d, value=v)
     return out
 
 
