@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
@@ -274,15 +272,6 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
             row[column] = ledger.at[ident, column] if found else NO_ROW
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def preset_table() -> pd.DataFrame:
-    """The switchable CSP presets side by side; ``differs`` marks where they disagree."""
-    from structattn_lite.models import CSP_PRESETS
-
-    table = pd.DataFrame({name: dataclasses.asdict(cfg) for name, cfg in CSP_PRESETS.items()})
-    table["differs"] = table["paper"] != table["code_switches"]
-    return table
 
 
 # The authors' paper-era parity log (befce39): at chance to epoch 120, then a jump between
