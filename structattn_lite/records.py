@@ -317,7 +317,7 @@ def export_histories(
     """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
 
     Per-step gradient norms and other non-scalar extras are left out (the per-epoch
-    mean and max norms stay). A ``.gz`` suffix compresses the repeated config column.
+    mean and max norms stay), all but ``stack``, the seeds a run trained beside. A ``.gz`` suffix compresses the repeated config column.
     ``keep_order`` (the grid's run keys in order) keeps the runs already in ``path`` that
     ``records`` do not hold (``keep_committed_rows``; with ``only_order``, those the grid
     still asks for).
@@ -325,6 +325,8 @@ def export_histories(
     frames = []
     for r in records:
         scalars = {k: v for k, v in r.extra.items() if isinstance(v, (int, float, str))}
+        if "stack" in r.extra:  # the seeds it trained beside: its float32 numbers depend on them
+            scalars["stack"] = [int(s) for s in r.extra["stack"]]
         meta = dict(experiment=r.experiment, key=r.key, version=r.version, device=r.device,
                     status=r.status, reason=r.reason, config=json.dumps(r.config, sort_keys=True),
                     extra=json.dumps(scalars, sort_keys=True))  # fmt: skip
