@@ -317,7 +317,8 @@ def export_histories(
     """One CSV row per (run, epoch), config as JSON: compact records to ship in git.
 
     Per-step gradient norms and other non-scalar extras are left out (the per-epoch
-    mean and max norms stay), all but ``stack``, the seeds a run trained beside. A ``.gz`` suffix compresses the repeated config column.
+    mean and max norms stay), all but ``stack``, the seeds a run trained beside. A ``.gz``
+    suffix compresses the repeated config column.
     ``keep_order`` (the grid's run keys in order) keeps the runs already in ``path`` that
     ``records`` do not hold (``keep_committed_rows``; with ``only_order``, those the grid
     still asks for).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from structattn_lite import names, stats
-from structattn_lite.claims.rows import read, row
+from structattn_lite.claims.rows import fresh_reader, read, row
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import display_name as name
 from structattn_lite.studies.attention.tables import cell_values, tuning_schedule
@@ -93,27 +93,10 @@ def _not_worse_than_dense(ident, where, split, bpc_of, fields_of=None, **fields)
 
 
 def _fresh_reader():
-    """(frame_of, fields_of) for rows whose rule names a fresh grid: ``frame_of(row id)``,
-    that grid's final runs once every planned seed is in (else None); ``fields_of(row
-    id)``, the row's grid and command then (``fresh_read``), else nothing."""
-    cache = {}
-
-    def frame_of(ident):
-        named = rule_of(ident).fresh
-        if named is None:
-            return None
-        if named[1] not in cache:
-            cache[named[1]] = fresh_finals(named[1])
-        return cache[named[1]]
-
-    def fields_of(ident) -> dict:
-        if frame_of(ident) is None:
-            return {"fresh_read": False}
-        grid = rule_of(ident).fresh[1]
-        return {"fresh_read": True, "grid": f"{grid} (attention)",
-                "command": f"structattn run attention --grid {grid}"}  # fmt: skip
-
-    return frame_of, fields_of
+    """``read_on(row id)`` (``rows.fresh_reader``) for the attention rows: the final runs of
+    the fresh grid a row's rule names, once all are in."""
+    return fresh_reader(lambda grid, _: fresh_finals(grid), "{grid} (attention)",
+                        "structattn run attention --grid {grid}")  # fmt: skip
 
 
 LOWPARAM_PROTOCOL = (
@@ -142,12 +125,12 @@ def low_parameters() -> list[dict]:
     capped = f"; {(full['stop'] == 'max_steps').sum()} of {len(full)} full-text finals ended at the step cap, not on the early stop"  # fmt: skip
     fields = dict(protocol=LOWPARAM_PROTOCOL + capped, untuned=_untuned(runs), grid="lowparam (attention)",
                   notebook="02, few parameters", command=LOWPARAM_COMMAND)  # fmt: skip
-    frame_of, fresh_fields = _fresh_reader()
+    read_on = _fresh_reader()
 
     def test_bpc(d, variant, ident):
         """Per-seed test bpc of one cell: the fresh seeds ``ident``'s rule names once they
         are all in, else the lowparam grid's."""
-        frame = frame_of(ident)
+        frame = read_on(ident)[0]
         if frame is None:
             return cells.get((d, variant, 1.0), [])
         pick = frame[
@@ -160,7 +143,7 @@ def low_parameters() -> list[dict]:
         rows += _not_worse_than_dense(
             f"attention/low_parameters/d{d}", f"at d_model {d}, ", "test",
             lambda variant, ident, d=d: test_bpc(d, variant, ident),
-            fields_of=lambda ident, d=d: {**fresh_fields(ident), "cell": {"d_model": d}},
+            fields_of=lambda ident, d=d: {**read_on(ident)[1], "cell": {"d_model": d}},
             **fields)  # fmt: skip
     for base, suffix in (("dense", ""), ("dot", "/dot")):
         names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
@@ -246,17 +229,17 @@ def attention() -> list[dict]:
     finals = runs[~runs["tuning"].astype(bool)]
     protocol = committed_protocol(runs)
     untuned = _untuned(runs)
-    fresh_frame, read_on = _fresh_reader()
+    read_on = _fresh_reader()
 
     def attention_row(ident, *args, **fields):
         """A row read on the fresh seeds its rule names once they are all in."""
-        fields = {"protocol": protocol, "untuned": untuned, **read_on(ident), **fields}
+        fields = {"protocol": protocol, "untuned": untuned, **read_on(ident)[1], **fields}
         return _attention_row(ident, *args, **fields)  # fmt: skip
 
     def col(part, variant, column, fraction=1.0, precision="float32", ident=None):
         """Per-seed values of one cell, from the fresh seeds when ``ident``'s rule names
         them and they are all in, else from the committed grid's."""
-        fresh = None if ident is None else fresh_frame(ident)
+        fresh = None if ident is None else read_on(ident)[0]
         frame = finals if fresh is None else fresh
         pick = frame[(frame["part"] == part) & (frame["variant"] == variant)
                      & (frame["fraction"] == fraction) & (frame["precision"] == precision)]  # fmt: skip
@@ -330,7 +313,7 @@ def attention() -> list[dict]:
             key, f"{name(m)}'s edge over {name(base)} is larger with 1% of the "
             "text than with all of it", low + full, [(m, "1%"), (base, "1%"), (m, "100%"),
             (base, "100%")], "at 1%", protocol=protocol + "; 1% and 100% of the "
-            "text", notebook="02, low data", untuned=untuned, **read_on(key)))  # fmt: skip
+            "text", notebook="02, low data", untuned=untuned, **read_on(key)[1]))  # fmt: skip
     rows += long_budget()
     rows += low_parameters()
     sizes = {k: col("main", f"matroidal m={k}", "val_bpc") for k in ("1d", "2d", "4d")}

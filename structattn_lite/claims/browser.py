@@ -118,7 +118,7 @@ def claim_figure(row: pd.Series):
         ax.axhline(row["published"], color="#2166ac", lw=1, label="published")
     if len(row["values"]) == 1 and not pd.isna(row["low"]):
         plot_ours(ax, 0.3, row, vertical=True, ms=None, lw=None, capsize=3,
-                        label="ours, 95% interval")  # fmt: skip
+                  label="ours, 95% interval")  # fmt: skip
     ax.set(title=f"seed by seed: {row['verdict']}", xlim=(-0.6, max(len(row["values"]), 2) - 0.4))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6, loc="best")

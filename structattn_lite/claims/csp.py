@@ -12,6 +12,7 @@ from structattn_lite import names, stats
 from structattn_lite.claims.rows import (
     PAPER_TEXT,
     diverged_seeds,
+    fresh_reader,
     published_row,
     read,
     row,
@@ -197,43 +198,32 @@ GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-
 MORE_SEEDS_COMMAND = "structattn run grokking --grid gap_seeds --seed-batching"
 
 
-def _fresh_reader():
-    """``read_on(row id)``: where a gap-grid row is read. The fresh grid its rule names
-    once every planned seed of every task of that grid is committed: (its records, fields
-    naming the grid, its command and ``fresh_read``); otherwise (None, {})."""
+def _complete(grid: str, seeds) -> list | None:
+    """A fresh grokking grid's committed records of ``seeds``, once every task and preset
+    of the grid has them all; else None."""
     from structattn_lite.studies.grokking.grids import GRIDS
 
-    cache = {}
+    records = [r for r in committed_records(grid) if r.seed in seeds]
+    spec = GRIDS[grid]
+    have = {(r.config["task"], r.config["preset"], r.seed) for r in records}
+    need = {(t, p, s) for t in spec["tasks"] for p in spec["presets"] for s in seeds}
+    return records if need <= have else None
 
-    def read_on(ident):
-        named = rule_of(ident).fresh
-        if named is None:
-            return None, {}
-        _, grid, seeds = named
-        if grid not in cache:
-            records = [r for r in committed_records(grid) if r.seed in seeds]
-            spec = GRIDS[grid]
-            have = {(r.config["task"], r.config["preset"], r.seed) for r in records}
-            need = {(t, p, s) for t in spec["tasks"] for p in spec["presets"] for s in seeds}
-            cache[grid] = records if need <= have else None
-        if cache[grid] is None:
-            return None, {}
-        command = f"structattn run grokking --grid {grid} --seed-batching"
-        return cache[grid], {"fresh_read": True, "grid": grid, "command": command}
 
-    return read_on
+def _fresh_reader():
+    """``read_on(row id)`` (``rows.fresh_reader``) for the gap grid's rows."""
+    return fresh_reader(
+        _complete, "{grid}", "structattn run grokking --grid {grid} --seed-batching"
+    )
 
 
 def _gap_frame(records, in_gap=None) -> pd.DataFrame:
     """Per seed: task, preset, seed, its gaps (``seed_gaps``) and whether a run is one
     only ``gap_seeds`` holds (not in ``in_gap``, the gap grid's keys; None: none is)."""
-    return pd.DataFrame(
-        [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
-          "more_seeds": in_gap is not None and (r.experiment, r.key) not in in_gap,
-          **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)],
-        columns=["task", "preset", "seed", "more_seeds", "jump", "last", "gap_99", "gap_100",
-                 "plateau", "spike_offset"],
-    )  # fmt: skip
+    rows = [{"task": r.config["task"], "preset": r.config["preset"], "seed": r.seed,
+             "more_seeds": in_gap is not None and (r.experiment, r.key) not in in_gap,
+             **seed_gaps(r.history, r.config["task"])} for r in records if len(r.history)]  # fmt: skip
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["task", "preset"])
 
 
 def grokking() -> list[dict]:

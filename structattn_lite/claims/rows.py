@@ -34,6 +34,28 @@ def read(name: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
+def fresh_reader(load, grid_words: str, command: str):
+    """``read_on(row id)`` -> (what the row reads, its fields). For a row whose rule names
+    fresh seeds, once every one is in: ``load(grid, seeds)`` (None until then), and fields
+    naming that grid and the command that trains it (``grid_words`` and ``command`` with
+    ``{grid}`` filled in) with ``fresh_read``; otherwise (None, {}). Each grid loads once."""
+    loaded = {}
+
+    def read_on(ident):
+        named = rule_of(ident).fresh
+        if named is None:
+            return None, {}
+        _, grid, seeds = named
+        if grid not in loaded:
+            loaded[grid] = load(grid, seeds)
+        if loaded[grid] is None:
+            return None, {}
+        words = {"grid": grid_words.format(grid=grid), "command": command.format(grid=grid)}
+        return loaded[grid], {"fresh_read": True, **words}
+
+    return read_on
+
+
 def row(values=(), *, fresh_read: bool = False, cell: dict | None = None, **fields) -> dict:
     """One ledger row. ``values`` holds the per-seed numbers behind it, for the claims
     dashboard (a list, or a dict of lists for a two-sided comparison); not in the CSV.
