@@ -165,7 +165,29 @@ def _check(args) -> None:
     if args.command == "figures":
         config.figures_dir()  # STRUCTATTN_FIGURES names a folder (or nothing yet)
     if args.command == "run":
+        _whole_stacks(args)
         args.configs = _configs(args)
+
+
+def _whole_stacks(args) -> None:
+    """A grid that trains its seeds in stacks (``config.seed_stacks``): --seed k widens to
+    the stack of k, since a seed's float32 numbers depend on its stack (a note on stderr
+    says so); ``args.stacks`` holds the grid's stacks (None: it names none)."""
+    from structattn_lite.studies import study_table
+
+    args.stacks = config.seed_stacks(study_table(args.study, "GRIDS")[args.grid or args.profile])
+    if not args.stacks or not args.seed:
+        return
+    wanted = set(args.seed)
+    whole = [s for stack in args.stacks if wanted & set(stack) for s in stack]
+    if set(whole) != wanted:
+        print(
+            f"structattn: the {args.grid or args.profile} grid trains its seeds in stacks "
+            f"({'; '.join(' '.join(map(str, st)) for st in args.stacks if wanted & set(st))}), "
+            "and a seed's float32 numbers depend on its stack: training the whole stack",
+            file=sys.stderr,
+        )
+    args.seed = [*whole, *sorted(wanted - set(whole))]  # a seed in no stack stays, to be refused
 
 
 @contextlib.contextmanager
@@ -243,7 +265,7 @@ def _run(args) -> int:
         records = run_staged(
             args.study, lambda: _configs(args), first=args.configs,  # built and checked by _check
             wait=args.wait, on_wait=waiting, seed_batching=args.seed_batching,
-            **_sweep_options(args),
+            stacks=args.stacks, **_sweep_options(args),
         )  # fmt: skip
         print(_summary(records) if records else "no finished runs")
         return _report_unfinished(log, records)
@@ -255,7 +277,8 @@ def _export(args) -> int:
 
     study = get_study(args.study)
     with _unfinished_log() as log:
-        records = sweep(study, study.grid(args.grid), **_sweep_options(args))
+        stacks = config.seed_stacks(getattr(study, "GRIDS", {}).get(args.grid, {}))
+        records = sweep(study, study.grid(args.grid), stacks=stacks, **_sweep_options(args))
         finished = [r for r in records if r.status != "failed"]
         if not finished:
             print(f"structattn: no finished run of grid {args.grid!r} to export", file=sys.stderr)
@@ -460,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--seed-batching",
         action="store_true",
-        help="train runs that differ only in their seed together",
+        help="train runs that differ only in their seed together (a grid that names its "
+        "stacks always trains them so, and --seed k then trains k's whole stack)",
     )
     run.add_argument(
         "--wait",

@@ -117,6 +117,18 @@ STUDY_NAMES = ("attention", "grokking", "ablations", "length")
 GRIDS = (*PROFILES, "committed")
 
 
+def seed_stacks(spec: dict[str, Any]) -> list[tuple[int, ...]] | None:
+    """The stacks a grid's protocol trains its seeds in: its ``seeds`` in consecutive
+    blocks of ``stack`` (a seed's float32 numbers depend on the size of its stack and its
+    place in it, so a stack is part of the protocol); None when the grid names no stack."""
+    size = spec.get("stack")
+    if size is None:
+        return None
+    seeds = tuple(spec["seeds"])
+    check_int("stack", size, minimum=1)
+    return [seeds[i : i + size] for i in range(0, len(seeds), size)]
+
+
 def check_profile(profile: str) -> str:
     return check_choice("profile", profile, PROFILES)
 

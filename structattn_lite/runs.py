@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import os
 import time
@@ -36,6 +37,7 @@ from structattn_lite.config import (
     check_int,
     check_number,
     check_threads,
+    seed_stacks,
     training_device,
 )
 from structattn_lite.locking import RunLock, RunLockedError
@@ -115,11 +117,18 @@ def checkpoint_path(root: Path, experiment: str, unit: Any) -> Path:
     return root / experiment / f"{config_hash(experiment, unit)}.ckpt"
 
 
-def group_seeds(configs: Sequence[Any]) -> list[Any]:
-    """Work units: configs equal but for their seed as one list (a lone config as itself)."""
-    groups: dict[str, list[Any]] = {}
+def group_seeds(configs: Sequence[Any], stacks: Sequence[Sequence[int]] | None = None) -> list[Any]:
+    """Work units: configs equal but for their seed as one list (a lone config as itself).
+    With ``stacks`` (a grid's protocol, ``config.seed_stacks``), each stack of seeds is its
+    own unit, its seeds in the stack's order."""
+    place = {seed: (i, j) for i, stack in enumerate(stacks or ()) for j, seed in enumerate(stack)}
+    groups: dict[tuple, list[Any]] = {}
     for cfg in configs:
-        groups.setdefault(without_seed(cfg), []).append(cfg)
+        at = place.get(cfg.seed, (None, 0)) if stacks is not None else (None, 0)
+        groups.setdefault((without_seed(cfg), at[0]), []).append(cfg)
+    if stacks is not None:
+        for group in groups.values():
+            group.sort(key=lambda c: place.get(c.seed, (0, 0))[1])
     return [g if len(g) > 1 else g[0] for g in groups.values()]
 
 
@@ -188,12 +197,15 @@ def sweep(
     progress: bool = True,
     callbacks: Sequence[Any] = (),
     store: RunStore | None = None,
+    stacks: Sequence[Sequence[int]] | None = None,
 ) -> list[RunRecord]:
     """Reuse each config's finished record or train it; return the records in config order.
 
     ``study``: a study's module or name. ``only_cached=True`` trains nothing and returns
     the records on disk. ``seed_batching``: configs equal but for their seed train
-    together, when the study describes its runs (``setup``). A run checkpoints every
+    together, when the study describes its runs (``setup``). ``stacks``: the seed stacks
+    of the grid's protocol (``config.seed_stacks``): each trains as one unit, and a record
+    trained in another stack is trained again in its own. A run checkpoints every
     ``checkpoint_every`` epochs (0: never). A run another process holds is skipped with a
     warning (and returned if its record is there when this sweep ends); a path that cannot
     be read or written skips its run; a full disk raises ``StoreError``.
@@ -216,15 +228,28 @@ def sweep(
             )
     unfinished: dict[str, tuple[Any, str]] = {}  # run key -> (config, why), as reported
 
+    stack_of = {seed: list(stack) for stack in stacks or () for seed in stack}
+
     def load(cfg: Any) -> RunRecord | None:
-        """The finished record, or None; a path that cannot be read skips the run."""
+        """The finished record, or None; a path that cannot be read skips the run, and a
+        record trained in another stack than its protocol's is trained again."""
         try:
-            return store.load(experiment, cfg)
+            found = store.load(experiment, cfg)
         except StoreError as err:
             key = config_hash(experiment, cfg)
             unfinished[key] = (cfg, str(err))
             warnings.warn(f"skipping {experiment} run {key}: {err}", stacklevel=3)
             return None
+        wanted = stack_of.get(cfg.seed) if stacks is not None else None
+        if found is not None and wanted is not None and found.extra.get("stack") != wanted:
+            had = found.extra.get("stack") or f"a stack of {found.extra.get('seed_batched', 1)}"
+            warnings.warn(
+                f"{experiment} run {found.key} (seed {cfg.seed}) was trained in {had}; its "
+                f"grid trains it in the stack {wanted}, so it trains again there",
+                stacklevel=3,
+            )
+            return None
+        return found
 
     if not only_cached:
         store.remove_stale_tmp(experiment)
@@ -251,8 +276,17 @@ def sweep(
     for i in todo:
         at.setdefault(config_hash(experiment, configs[i]), []).append(i)
     units = [configs[where[0]] for where in at.values()]
-    if seed_batching and hasattr(study, "setup"):
-        units = group_seeds(units)
+    if (seed_batching or stacks is not None) and hasattr(study, "setup"):
+        units = group_seeds(units, stacks)
+        for unit in units if stacks is not None else ():
+            seeds = [c.seed for c in unit] if isinstance(unit, list) else [unit.seed]
+            whole = stack_of.get(seeds[0])
+            if whole is not None and seeds != whole:
+                warnings.warn(
+                    f"seeds {seeds} of the stack {whole} train without the rest of it: "
+                    "their float32 numbers differ from a whole stack's",
+                    stacklevel=2,
+                )
     locks: dict[str, RunLock] = {}
     held_elsewhere: list[str] = []
 
@@ -384,7 +418,10 @@ def run_grid(study: Any, name: str, progress: bool = True, **sweep_options) -> l
     """``run_staged`` over the grid ``name`` as the records on disk grow it.
     ``sweep_options``: as ``sweep`` takes them."""
     study = get_study(study)
-    store = {"store": sweep_options["store"]} if sweep_options.get("store") else {}
+    takes_store = "store" in inspect.signature(study.grid).parameters  # a staged grid reads it
+    store = {"store": sweep_options["store"]} if sweep_options.get("store") and takes_store else {}
+    spec = getattr(study, "GRIDS", {}).get(name, {})
+    sweep_options.setdefault("stacks", seed_stacks(spec))  # the stacks its protocol names
     return run_staged(study, lambda: study.grid(name, **store), progress=progress, **sweep_options)
 
 

@@ -73,11 +73,12 @@ GRIDS: dict[str, dict[str, Any]] = {
     # fresh_gap: fresh seeds (10-29) of the paper text's model on parity and mod-3, in the
     # gap grid's setting, for the rows whose rules were written after the gap grid's seeds
     # 0-9 were read (its gap, spike, plateau and gradient-profile rows): they are decided on
-    # these seeds alone once all are in. Trained in stacks of five seeds per task (each
-    # record names its stack).
+    # these seeds alone once all are in. Its protocol trains them in stacks of five seeds
+    # (10-14, 15-19, ...) per task, and each record names its stack.
     "fresh_gap": {
         "tasks": ("parity", "mod3"),
         "seeds": tuple(range(10, 30)),
+        "stack": 5,
         "epochs": 300,
         "n": None,
         "presets": ("paper",),
