@@ -135,6 +135,17 @@ GRIDS: dict[str, dict[str, Any]] = {
         "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
         "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
     },
+    # fresh_lowparam64: the same for attention/low_parameters/d64/shared (undecided on
+    # seeds 0-4 at about 10 seeds per arm): d_model 64, seeds 5-14.
+    "fresh_lowparam64": {
+        "seeds": tuple(range(5, 15)), "rates_from": "lowparam",
+        "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
+        "sizes": ({"d_model": 64, "n_heads": heads_for(64)},),
+        "fractions": (), "bf16": (), "digits": (),
+        "model": _LM,
+        "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
+        "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
+    },
     # lowparam: the card's low-parameter arm at d_model 32 and 64 on the full
     # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
@@ -181,6 +192,10 @@ COMMITTED_CSV = {
     "fresh_lowparam": (
         "attention_fresh_lowparam_runs.csv",
         "attention_fresh_lowparam_histories.csv.gz",
+    ),
+    "fresh_lowparam64": (
+        "attention_fresh_lowparam64_runs.csv",
+        "attention_fresh_lowparam64_histories.csv.gz",
     ),
 }
 # The committed grids are final. Of their earlier learning-rate sweeps, data/results keeps
