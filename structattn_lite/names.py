@@ -123,6 +123,9 @@ _WORDS = {
     "layer0": Entry("layer 0"),
     "layer1": Entry("layer 1"),
     "metric": Entry("the metric's parameters"),
+    # the n-gram floors drawn and tabled under the attention study's text runs
+    **{f"{k} floor": Entry(f"{k} floor (add-0.1 {k} model)") for k in ("unigram", "bigram",
+                                                                         "trigram")},
     # the matroidal metric's sizes m, as the attention card's best-m row compares them
     "m=1d": Entry("m=d"),
     "m=2d": Entry("m=2d"),

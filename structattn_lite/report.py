@@ -382,8 +382,9 @@ def format_mean_sd(mean: float, sd: float, seeds: int, digits: int = 2) -> str:
 
 def grid_markdown(configs, title: str = "Grid") -> str:
     """A Markdown description of a list of run configs, read from the configs themselves:
-    each setting with its one value, or the values it takes across the grid. Notebooks
-    print it in place of typed protocol prose, so a changed grid can never leave stale text.
+    each setting with its one value, or the values it takes across the grid, as the code
+    spans a reader would type. Notebooks print it in place of typed protocol prose, so a
+    changed grid can never leave stale text.
     """
     import json
 
@@ -396,7 +397,7 @@ def grid_markdown(configs, title: str = "Grid") -> str:
     constant, varying = [], []
     for k in keys:
         values = sorted({json.dumps(f.get(k), sort_keys=True) for f in flat})
-        shown = ", ".join(v.strip('"') for v in values)
+        shown = ", ".join("`" + v.strip('"') + "`" for v in values)
         (constant if len(values) == 1 else varying).append(f"`{k}` = {shown}")
     lines = [f"**{title}:** {len(configs)} runs."]
     if varying:

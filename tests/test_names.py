@@ -6,11 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
+from code_keys import keys_in
 
 from structattn_lite import claims, names
-from structattn_lite.config import results_dir
 from structattn_lite.report import model_style
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,14 +122,6 @@ def test_every_task_and_loss_the_package_trains_has_a_display_name():
         assert names.display_name(key) != key or key == "parity", key
 
 
-# Code keys a reader must never meet in a figure, a table or a page: the authors' model's
-# keys, the grids' and the attention variants' raw spellings.
-CODE_KEYS = re.compile(
-    r"upstream|authors_3bb9f71|csp_authors|csp_paper|code_switches|paper_text|paper_table4"
-    r"|sep q/k|m=1d|diag_rnn|mod3_authors|dyck1_authors|focal_constant|ce_all_positions"
-)
-
-
 def figure_text(fig) -> list[str]:
     """Every string matplotlib was given for ``fig``: titles, labels, ticks, legends, texts
     and table cells (all are Text artists)."""
@@ -143,16 +134,6 @@ def frame_text(frame) -> list[str]:
     """Every string a table shows: its headers, index and cells."""
     index = [str(v) for v in frame.index.to_flat_index()] + [str(n) for n in frame.index.names]
     return [*map(str, frame.columns.to_flat_index()), *index, *map(str, frame.values.ravel())]
-
-
-def _keys_in(strings) -> list[str]:
-    """The strings that show a code key. A ledger row id ("grazzi/diag_rnn", cited as the
-    README cites it) and a `code span` (a command or grid to type) are names to type, not
-    words to read, and are left out."""
-    ids = sorted(pd.read_csv(results_dir() / "claims.csv")["id"], key=len, reverse=True)
-    cited = re.compile("|".join(map(re.escape, ids)))
-    words = [cited.sub("<row id>", re.sub(r"`[^`]*`", "`typed`", s)) for s in strings]
-    return sorted({s for s in words if CODE_KEYS.search(s)})
 
 
 @pytest.mark.parametrize("name", sorted(__import__("structattn_lite.committed_figures",
@@ -174,7 +155,7 @@ def test_no_committed_figure_shows_a_code_key(name):
         fig, strings = drawn, figure_text(drawn)
     plt.close(fig)
     assert strings, name
-    assert not _keys_in(strings), f"{name} shows code keys: {_keys_in(strings)}"
+    assert not keys_in(strings), f"{name} shows code keys: {keys_in(strings)}"
 
 
 def test_no_findings_figure_shows_a_code_key():
@@ -190,7 +171,7 @@ def test_no_findings_figure_shows_a_code_key():
         fig = draw()
         strings = figure_text(fig)
         plt.close(fig)
-        assert strings and not _keys_in(strings), f"{name}: {_keys_in(strings)}"
+        assert strings and not keys_in(strings), f"{name}: {keys_in(strings)}"
 
 
 def test_no_claims_dashboard_page_shows_a_code_key():
@@ -206,4 +187,25 @@ def test_no_claims_dashboard_page_shows_a_code_key():
         fig = browser.claim_figure(row)
         strings += figure_text(fig)
         plt.close(fig)
-    assert not _keys_in(strings), _keys_in(strings)[:5]
+    assert not keys_in(strings), keys_in(strings)[:5]
+
+
+def test_a_notebook_output_that_shows_a_code_key_is_found():
+    """conftest fails every notebook nbmake executes whose outputs show a code key: a table
+    cell, a printed line; a `code span` (a config value to type) and a progress bar's
+    widget (its run id) are not words to read."""
+    from code_keys import shown_in_notebook
+
+    def out(**data):
+        return {"output_type": "display_data", "data": data}
+
+    nb = {"cells": [
+        {"cell_type": "code", "outputs": [out(**{"text/html": "<td>dense (sep q/k)</td>"})]},
+        {"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout",
+                                           "text": "trained upstream\n"}]},
+        {"cell_type": "code", "outputs": [out(**{"text/markdown": "`preset` = `upstream`"})]},
+        {"cell_type": "code", "outputs": [out(**{"application/vnd.jupyter.widget-view+json": {},
+                                                 "text/plain": "parity/upstream/s0: 50%"})]},
+        {"cell_type": "code", "outputs": [out(**{"text/plain": "CSP (authors' code, 3bb9f71)"})]},
+    ]}  # fmt: skip
+    assert [cell for cell, _ in shown_in_notebook(nb)] == [0, 1]

@@ -304,7 +304,7 @@ def floor_rows(floors: dict[str, dict[str, float]] | None) -> pd.DataFrame:
     """The n-gram floors (``tasks.floor_table``) as rows with "val bpc" and "test bpc"."""
     if not floors:
         return pd.DataFrame()
-    return pd.DataFrame([{"variant": f"{k} floor (add-0.1 {k} model)",
+    return pd.DataFrame([{"variant": names.display_name(f"{k} floor"),
                           "test bpc": f"{floors['test'][k]:.3f}",
                           "val bpc": f"{floors['valid'][k]:.3f}"} for k in floors["valid"]])  # fmt: skip
 
