@@ -180,6 +180,11 @@ def test_an_undecided_rows_seed_count_comes_with_its_cost(monkeypatch):
     )
     unpriced = rows._to_decide(rule("csp/grad_profile/mod3"), {**fields, "grid": "authors"})
     assert "would decide it" in unpriced and "CPU-hours" not in unpriced
+    # a row waiting for the fresh seeds its rule names is decided by those alone: its count
+    # is set beside theirs, not priced as seeds added to the ones it reads now
+    waiting = rows._to_decide(rule("csp/grad_profile/mod3"), fields, fresh=20)
+    assert f"about {need} seeds" in waiting and "its fresh grid trains 20 seeds" in waiting
+    assert "CPU-hours" not in waiting
     assert real("gap") > 0 and math.isnan(real("authors"))  # the gap runs keep their time
 
 

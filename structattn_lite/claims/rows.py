@@ -64,15 +64,17 @@ def row(values=(), *, fresh_read: bool = False, cell: dict | None = None, **fiel
     reads (e.g. task and preset), so that "N more seeds" is priced at their pace."""
     rule = rule_of(fields["id"])
     fields = {**fields, "rule": rule.words(), "evidence": rule.evidence_now(fresh_read)}
-    if rule.fresh is not None and not fresh_read:
+    waiting = rule.fresh is not None and not fresh_read  # the fresh seeds that decide it
+    if waiting:
         study, grid, seeds = rule.fresh
         fields["reason"] = (f"{fields.get('reason', '')}; exploratory until the fresh seeds "
                             f"{seeds[0]}-{seeds[-1]} ({study} grid {grid}) are all in")  # fmt: skip
     values = values if isinstance(values, dict) else {"ours": list(values)}
     if fields.get("verdict") == stats.UNDECIDED:
         fields["reason"] = fields.get("reason", "") + _to_decide(
-            rule, fields, arms=len(values), cell=cell or {}
-        )
+            rule, fields, arms=len(values), cell=cell or {},
+            fresh=len(rule.fresh[2]) if waiting else None,
+        )  # fmt: skip
     return {**{column: fields.get(column, math.nan) for column in COLUMNS}, "values": values}
 
 
@@ -129,9 +131,13 @@ def seed_seconds(grid: str, **cell) -> float:
     return float(runs["_seconds"].astype(float).median()) if len(runs) else math.nan
 
 
-def _to_decide(rule, fields: dict, arms: int = 1, cell: dict | None = None) -> str:
+def _to_decide(
+    rule, fields: dict, arms: int = 1, cell: dict | None = None, fresh: int | None = None
+) -> str:
     """What more seeds would do for an undecided row whose interval straddles an edge, and
-    what they would cost at the committed runs' pace (``seed_seconds``), where known."""
+    what they would cost at the committed runs' pace (``seed_seconds``), where known. A row
+    waiting for ``fresh`` seeds (its rule names them) is decided by those alone: the count
+    is set beside theirs, not priced as seeds added to the ones it reads now."""
     edges = _EDGES.get(rule.claimed)
     numbers = [fields.get(k, math.nan) for k in ("ours", "low", "high")]
     n = fields.get("seeds", 0)
@@ -144,6 +150,9 @@ def _to_decide(rule, fields: dict, arms: int = 1, cell: dict | None = None) -> s
         return ""
     if math.isinf(need) or need > 1000:
         return "; no seed count would decide it at this spread"
+    if fresh is not None:
+        return (f"; about {need:.0f} seeds (per arm, where two are compared) would decide it if "
+                f"the spread holds, and its fresh grid trains {fresh} seeds")  # fmt: skip
     cost = max(need - n, 0) * arms * seed_seconds(str(fields.get("grid")), **(cell or {})) / 3600
     priced = (
         "" if math.isnan(cost) else f", about {cost:.1f} CPU-hours more at the committed runs' pace"

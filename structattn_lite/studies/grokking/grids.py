@@ -44,8 +44,8 @@ GRIDS: dict[str, dict[str, Any]] = {
         "hold_perfect": 10,
     },
     # gap: the grokking gap at the paper's sizes (d 64, 3 layers; 5,000 / 5,000 / 10,000
-    # strings), 300 epochs, 10 seeds per task and preset (the paper's count; 5 until issue
-    # 43, so that a share of spiking seeds can exclude 1/2), stopping only once
+    # strings), 300 epochs, 10 seeds per task and preset (the paper's count, enough for a
+    # share of spiking seeds to exclude 1/2), stopping only once
     # *validation* has held 100% for 10 epochs; the gap is read on whole-string test
     # accuracy for both.
     "gap": {
