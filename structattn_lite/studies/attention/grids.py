@@ -44,6 +44,15 @@ def heads_for(d_model: int, factor: int = 2, most: int = 8) -> int:
     raise ValueError(f"d_model={d_model} has no head width with room for m = {factor} d_head")
 
 
+# What the fresh low-parameter grids share: dense and matroidal m=2d (shared q/k) on the
+# full text, at the rates lowparam chose, under its budget and early stop.
+_FRESH_LOWPARAM = {
+    "rates_from": "lowparam", "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
+    "fractions": (), "bf16": (), "digits": (), "model": _LM,
+    "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
+    "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
+}  # fmt: skip
+
 GRIDS: dict[str, dict[str, Any]] = {
     # smoke: proves the pipeline in seconds (tiny model, a handful of steps).
     "smoke": {
@@ -126,26 +135,12 @@ GRIDS: dict[str, dict[str, Any]] = {
     # seeds 0-4 at about 14 seeds per arm): dense and matroidal m=2d (shared q/k) at
     # d_model 32 on the full text, seeds 5-19, each at the rate the lowparam grid chose on
     # validation, under the lowparam grid's budget and early stop.
-    "fresh_lowparam": {
-        "seeds": tuple(range(5, 20)), "rates_from": "lowparam",
-        "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
-        "sizes": ({"d_model": 32, "n_heads": heads_for(32)},),
-        "fractions": (), "bf16": (), "digits": (),
-        "model": _LM,
-        "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
-        "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
-    },
+    "fresh_lowparam": {**_FRESH_LOWPARAM, "seeds": tuple(range(5, 20)),
+                       "sizes": ({"d_model": 32, "n_heads": heads_for(32)},)},
     # fresh_lowparam64: the same for attention/low_parameters/d64/shared (undecided on
     # seeds 0-4 at about 10 seeds per arm): d_model 64, seeds 5-14.
-    "fresh_lowparam64": {
-        "seeds": tuple(range(5, 15)), "rates_from": "lowparam",
-        "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
-        "sizes": ({"d_model": 64, "n_heads": heads_for(64)},),
-        "fractions": (), "bf16": (), "digits": (),
-        "model": _LM,
-        "recipe": {"max_steps": 4000, "warmup_steps": 200, "eval_every": 250, "patience": 4},
-        "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
-    },
+    "fresh_lowparam64": {**_FRESH_LOWPARAM, "seeds": tuple(range(5, 15)),
+                         "sizes": ({"d_model": 64, "n_heads": heads_for(64)},)},
     # lowparam: the card's low-parameter arm at d_model 32 and 64 on the full
     # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
