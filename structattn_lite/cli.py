@@ -95,7 +95,20 @@ def _configs(args) -> list:
     if args.task:
         configs = _narrow(configs, "task", args.task, args.study, grid)
     if args.seed:
-        configs = _narrow(configs, "seed", args.seed, args.study, grid)
+        asked = _narrow(configs, "seed", args.seed, args.study, grid)
+        if getattr(args, "stacks", None):  # each asked seed's whole stack
+            stacks = {args.stacks.of(c) or (c.seed,) for c in asked}
+            widened = [c for c in configs if (args.stacks.of(c) or (c.seed,)) in stacks]
+            if len(widened) > len(asked) and not getattr(args, "stack_noted", False):
+                print(
+                    f"structattn: the {grid} grid trains its seeds in stacks, and a seed's "
+                    f"float32 numbers depend on its stack: --seed means its whole stack "
+                    f"({'; '.join(' '.join(map(str, s)) for s in sorted(stacks))})",
+                    file=sys.stderr,
+                )
+                args.stack_noted = True
+            asked = widened
+        configs = asked
     overrides = {
         field: getattr(args, flag) for flag in ("epochs", "length") for field in FLAG_FIELDS[flag]
     }
@@ -170,24 +183,12 @@ def _check(args) -> None:
 
 
 def _whole_stacks(args) -> None:
-    """A grid that trains its seeds in stacks (``config.seed_stacks``): --seed k widens to
-    the stack of k, since a seed's float32 numbers depend on its stack (a note on stderr
-    says so); ``args.stacks`` holds the grid's stacks (None: it names none)."""
+    """``args.stacks``: the stacks the grid trains its seeds in (``config.seed_stacks``;
+    None: it names none). There --seed k means k's whole stack, since a seed's float32
+    numbers depend on its stack (``_configs`` widens it; a note on stderr says so)."""
     from structattn_lite.studies import study_table
 
     args.stacks = config.seed_stacks(study_table(args.study, "GRIDS")[args.grid or args.profile])
-    if not args.stacks or not args.seed:
-        return
-    wanted = set(args.seed)
-    whole = [s for stack in args.stacks if wanted & set(stack) for s in stack]
-    if set(whole) != wanted:
-        print(
-            f"structattn: the {args.grid or args.profile} grid trains its seeds in stacks "
-            f"({'; '.join(' '.join(map(str, st)) for st in args.stacks if wanted & set(st))}), "
-            "and a seed's float32 numbers depend on its stack: training the whole stack",
-            file=sys.stderr,
-        )
-    args.seed = [*whole, *sorted(wanted - set(whole))]  # a seed in no stack stays, to be refused
 
 
 @contextlib.contextmanager

@@ -117,16 +117,41 @@ STUDY_NAMES = ("attention", "grokking", "ablations", "length")
 GRIDS = (*PROFILES, "committed")
 
 
-def seed_stacks(spec: dict[str, Any]) -> list[tuple[int, ...]] | None:
-    """The stacks a grid's protocol trains its seeds in: its ``seeds`` in consecutive
-    blocks of ``stack`` (a seed's float32 numbers depend on the size of its stack and its
-    place in it, so a stack is part of the protocol); None when the grid names no stack."""
+@dataclasses.dataclass(frozen=True)
+class SeedStacks:
+    """The stacks a grid's protocol trains its seeds in, per task (key None: every task's).
+    A seed's float32 numbers depend on the size of its stack and its place in it, so the
+    stack is part of the protocol (``runs.sweep`` trains in these, and no other)."""
+
+    by_task: dict[str | None, tuple[tuple[int, ...], ...]]
+
+    def _stacks(self, cfg: Any) -> tuple[tuple[int, ...], ...]:
+        return self.by_task.get(getattr(cfg, "task", None), self.by_task.get(None, ()))
+
+    def of(self, cfg: Any) -> tuple[int, ...] | None:
+        """The stack ``cfg``'s seed trains in (None: its seed is in none)."""
+        return next((stack for stack in self._stacks(cfg) if cfg.seed in stack), None)
+
+    def whole(self, cfg: Any) -> bool:
+        """Whether ``cfg``'s task trains all its seeds as one stack."""
+        return len(self._stacks(cfg)) == 1
+
+
+def seed_stacks(spec: dict[str, Any]) -> SeedStacks | None:
+    """The stacks a grid names (None: it names none): ``stack`` seeds at a time, in the
+    order of its ``seeds`` (a tuple, or one per task), or "all" of a task's seeds at once."""
     size = spec.get("stack")
     if size is None:
         return None
-    seeds = tuple(spec["seeds"])
-    check_int("stack", size, minimum=1)
-    return [seeds[i : i + size] for i in range(0, len(seeds), size)]
+    if size != "all":
+        check_int("stack", size, minimum=1)
+    seeds = spec["seeds"] if isinstance(spec["seeds"], dict) else {None: spec["seeds"]}
+
+    def blocks(ordered: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        step = len(ordered) if size == "all" else size
+        return tuple(tuple(ordered[i : i + step]) for i in range(0, len(ordered), step))
+
+    return SeedStacks({task: blocks(tuple(s)) for task, s in seeds.items()})
 
 
 def check_profile(profile: str) -> str:

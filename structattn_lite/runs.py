@@ -23,6 +23,7 @@ import json
 import os
 import time
 import traceback
+import types
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,6 +34,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from structattn_lite.config import (
+    SeedStacks,
     check_choice,
     check_int,
     check_number,
@@ -117,18 +119,27 @@ def checkpoint_path(root: Path, experiment: str, unit: Any) -> Path:
     return root / experiment / f"{config_hash(experiment, unit)}.ckpt"
 
 
-def group_seeds(configs: Sequence[Any], stacks: Sequence[Sequence[int]] | None = None) -> list[Any]:
+def _in_stack(record: RunRecord, stack: tuple[int, ...], stacks: SeedStacks) -> bool:
+    """Whether ``record`` trained in ``stack``: its record names it, or (a record from
+    before records named their stack) it trained beside as many seeds as its task's one
+    stack holds, which can only be that stack."""
+    named = record.extra.get("stack")
+    if named is not None:
+        return tuple(named) == stack
+    cfg = types.SimpleNamespace(**{k: record.config.get(k) for k in ("task", "seed")})
+    return record.extra.get("seed_batched") == len(stack) and stacks.whole(cfg)
+
+
+def group_seeds(configs: Sequence[Any], stacks: SeedStacks | None = None) -> list[Any]:
     """Work units: configs equal but for their seed as one list (a lone config as itself).
     With ``stacks`` (a grid's protocol, ``config.seed_stacks``), each stack of seeds is its
     own unit, its seeds in the stack's order."""
-    place = {seed: (i, j) for i, stack in enumerate(stacks or ()) for j, seed in enumerate(stack)}
     groups: dict[tuple, list[Any]] = {}
     for cfg in configs:
-        at = place.get(cfg.seed, (None, 0)) if stacks is not None else (None, 0)
-        groups.setdefault((without_seed(cfg), at[0]), []).append(cfg)
-    if stacks is not None:
-        for group in groups.values():
-            group.sort(key=lambda c: place.get(c.seed, (0, 0))[1])
+        groups.setdefault((without_seed(cfg), stacks and stacks.of(cfg)), []).append(cfg)
+    for (_, stack), group in groups.items():
+        if stack is not None:
+            group.sort(key=lambda c: stack.index(c.seed))
     return [g if len(g) > 1 else g[0] for g in groups.values()]
 
 
@@ -197,7 +208,7 @@ def sweep(
     progress: bool = True,
     callbacks: Sequence[Any] = (),
     store: RunStore | None = None,
-    stacks: Sequence[Sequence[int]] | None = None,
+    stacks: SeedStacks | None = None,
 ) -> list[RunRecord]:
     """Reuse each config's finished record or train it; return the records in config order.
 
@@ -228,8 +239,6 @@ def sweep(
             )
     unfinished: dict[str, tuple[Any, str]] = {}  # run key -> (config, why), as reported
 
-    stack_of = {seed: list(stack) for stack in stacks or () for seed in stack}
-
     def load(cfg: Any) -> RunRecord | None:
         """The finished record, or None; a path that cannot be read skips the run, and a
         record trained in another stack than its protocol's is trained again."""
@@ -240,12 +249,12 @@ def sweep(
             unfinished[key] = (cfg, str(err))
             warnings.warn(f"skipping {experiment} run {key}: {err}", stacklevel=3)
             return None
-        wanted = stack_of.get(cfg.seed) if stacks is not None else None
-        if found is not None and wanted is not None and found.extra.get("stack") != wanted:
+        wanted = stacks and stacks.of(cfg)
+        if found is not None and wanted is not None and not _in_stack(found, wanted, stacks):
             had = found.extra.get("stack") or f"a stack of {found.extra.get('seed_batched', 1)}"
             warnings.warn(
                 f"{experiment} run {found.key} (seed {cfg.seed}) was trained in {had}; its "
-                f"grid trains it in the stack {wanted}, so it trains again there",
+                f"grid trains it in the stack {list(wanted)}, so it trains again there",
                 stacklevel=3,
             )
             return None
@@ -279,11 +288,12 @@ def sweep(
     if (seed_batching or stacks is not None) and hasattr(study, "setup"):
         units = group_seeds(units, stacks)
         for unit in units if stacks is not None else ():
+            first = unit[0] if isinstance(unit, list) else unit
             seeds = [c.seed for c in unit] if isinstance(unit, list) else [unit.seed]
-            whole = stack_of.get(seeds[0])
-            if whole is not None and seeds != whole:
+            whole = stacks.of(first)
+            if whole is not None and tuple(seeds) != whole:
                 warnings.warn(
-                    f"seeds {seeds} of the stack {whole} train without the rest of it: "
+                    f"seeds {seeds} of the stack {list(whole)} train without the rest of it: "
                     "their float32 numbers differ from a whole stack's",
                     stacklevel=2,
                 )

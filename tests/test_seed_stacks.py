@@ -34,11 +34,25 @@ def assert_bitwise(a, b):
 
 
 def test_a_grid_names_its_stacks_as_consecutive_blocks_of_its_seeds():
-    assert config.seed_stacks(TOY) == [(0, 1), (2, 3)]
-    assert config.seed_stacks({**TOY, "stack": 3}) == [(0, 1, 2), (3,)]
+    from types import SimpleNamespace as cfg
+
+    stacks = config.seed_stacks(TOY)
+    assert [stacks.of(cfg(task="parity", seed=s)) for s in (0, 1, 2, 3, 4)] == [
+        (0, 1), (0, 1), (2, 3), (2, 3), None
+    ]  # fmt: skip
+    assert config.seed_stacks({**TOY, "stack": 3}).of(cfg(task="mod3", seed=3)) == (3,)
     assert config.seed_stacks({k: v for k, v in TOY.items() if k != "stack"}) is None
-    assert config.seed_stacks(grids.GRIDS["fresh_gap"])[:2] == [tuple(range(10, 15)),
-                                                                tuple(range(15, 20))]  # fmt: skip
+    fresh_gap = config.seed_stacks(grids.GRIDS["fresh_gap"])
+    assert fresh_gap.of(cfg(task="mod3", seed=17)) == tuple(range(15, 20))
+    # "all": each task's seeds as one stack (the length study's authors_fresh grid)
+    from structattn_lite.studies.length.grids import GRIDS as LENGTH
+
+    fresh = config.seed_stacks(LENGTH["authors_fresh"])
+    assert fresh.of(cfg(task="parity", seed=12)) == tuple(range(10, 22))
+    assert fresh.of(cfg(task="mod3_authors", seed=12)) == tuple(range(10, 20))
+    assert fresh.whole(cfg(task="parity", seed=12)) and not fresh_gap.whole(
+        cfg(task="mod3", seed=1)
+    )
     with pytest.raises(ValueError, match="stack"):
         config.seed_stacks({**TOY, "stack": 0})
 
@@ -55,7 +69,7 @@ def test_a_seed_repeats_when_its_stack_is_rebuilt_and_a_record_of_another_stack_
     # `structattn run --seed 3` trains seed 3's whole stack, and says why
     argv = ["run", "grokking", "--grid", toy_grid, "--seed", "3", "--threads", "1"]
     assert cli.main([*argv, "--runs-dir", str(tmp_path / "b")]) == 0
-    assert "depend on its stack: training the whole stack" in capsys.readouterr().err
+    assert "depend on its stack: --seed means its whole stack" in capsys.readouterr().err
     alone = by_seed(sweep("grokking", [configs[3]], store=RunStore(tmp_path / "b"),
                           only_cached=True, progress=False))  # fmt: skip
     assert alone[3].extra["stack"] == [2, 3]

@@ -136,11 +136,13 @@ GRIDS["authors_short"] = {
 # authors_fresh: fresh seeds for the rows of the authors' table that seeds decide (the rules
 # in claims/rules.csv were committed before these runs): mod-3 seeds 10-19 and parity seeds
 # 10-21 in the authors grid's setting, never trained before for those rows. Each task's
-# seeds train as one stack (--seed-batching), which is part of their protocol.
+# seeds train as one stack, which is part of their protocol (``stack``: its committed
+# records trained beside 10 and 12 seeds).
 GRIDS["authors_fresh"] = {
     **GRIDS["authors"],
     "tasks": ("mod3_authors", "parity"),
     "seeds": {"mod3_authors": tuple(range(10, 20)), "parity": tuple(range(10, 22))},
+    "stack": "all",
 }
 
 
