@@ -139,19 +139,26 @@ class SeedStacks:
 
 def seed_stacks(spec: dict[str, Any]) -> SeedStacks | None:
     """The stacks a grid names (None: it names none): ``stack`` seeds at a time, in the
-    order of its ``seeds`` (a tuple, or one per task), or "all" of a task's seeds at once."""
+    order of its ``seeds`` (a tuple, or one per task), or "all" of a task's seeds at once;
+    ``stack`` may be one such size per task (a task it leaves out names no stack)."""
     size = spec.get("stack")
     if size is None:
         return None
-    if size != "all":
-        check_int("stack", size, minimum=1)
-    seeds = spec["seeds"] if isinstance(spec["seeds"], dict) else {None: spec["seeds"]}
+    tasks = spec.get("tasks", ())
+    sizes = size if isinstance(size, dict) else dict.fromkeys(tasks or [None], size)
+    for task, each in sizes.items():
+        if each != "all":
+            check_int(f"stack of {task}" if task else "stack", each, minimum=1)
 
-    def blocks(ordered: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        step = len(ordered) if size == "all" else size
+    def blocks(ordered: tuple[int, ...], each: int | str) -> tuple[tuple[int, ...], ...]:
+        step = len(ordered) if each == "all" else each
         return tuple(tuple(ordered[i : i + step]) for i in range(0, len(ordered), step))
 
-    return SeedStacks({task: blocks(tuple(s)) for task, s in seeds.items()})
+    seeds = spec["seeds"]
+    return SeedStacks({
+        task: blocks(tuple(seeds[task] if isinstance(seeds, dict) else seeds), each)
+        for task, each in sizes.items()
+    })  # fmt: skip
 
 
 def check_profile(profile: str) -> str:

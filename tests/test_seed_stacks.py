@@ -40,7 +40,14 @@ def test_a_grid_names_its_stacks_as_consecutive_blocks_of_its_seeds():
     assert [stacks.of(cfg(task="parity", seed=s)) for s in (0, 1, 2, 3, 4)] == [
         (0, 1), (0, 1), (2, 3), (2, 3), None
     ]  # fmt: skip
-    assert config.seed_stacks({**TOY, "stack": 3}).of(cfg(task="mod3", seed=3)) == (3,)
+    assert config.seed_stacks({**TOY, "stack": 3}).of(cfg(task="parity", seed=3)) == (3,)
+    assert (
+        config.seed_stacks({**TOY, "stack": 3}).of(cfg(task="mod3", seed=3)) is None
+    )  # no such task
+    # one size per task: a task it leaves out names no stack (gap_seeds: parity's 15 seeds)
+    gap_seeds = config.seed_stacks(grids.GRIDS["gap_seeds"])
+    assert gap_seeds.of(cfg(task="parity", seed=12)) == tuple(range(10, 25))
+    assert gap_seeds.of(cfg(task="mod3", seed=12)) is None
     assert config.seed_stacks({k: v for k, v in TOY.items() if k != "stack"}) is None
     fresh_gap = config.seed_stacks(grids.GRIDS["fresh_gap"])
     assert fresh_gap.of(cfg(task="mod3", seed=17)) == tuple(range(15, 20))

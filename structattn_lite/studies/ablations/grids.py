@@ -77,10 +77,11 @@ GRIDS: dict[str, dict[str, Any]] = {
     # paper_332: section 3.3.2's claims about the full model, which Table 4's cumulative
     # rows never test: the full model without its skip, and with SiLU inside every step
     # instead of at the block boundary; the paper_text protocol, 5 seeds. Its other side
-    # is the full model's runs (paper_text). Cheap tasks first.
+    # is the full model's runs (paper_text). Cheap tasks first. Each cell's five seeds train
+    # as one stack (its records trained so).
     "paper_332": {"tasks": ("dyck1", "mod3", "parity"), "presets": ("paper",),
                   "seeds": tuple(range(5)), "epochs": 300, "hold": 10, "setting": "paper_text",
-                  "rows": (("with", "-skip"), ("with", "+stepsilu"))},
+                  "rows": (("with", "-skip"), ("with", "+stepsilu")), "stack": "all"},
     # paper: the paper's sizes and 300 epochs, 5 seeds (hours; resumable via RunStore).
     "paper": {"tasks": TASKS, "presets": ("paper", "code_switches"), "seeds": tuple(range(5)),
               "epochs": 300, "n": None, "d_model": 64, "n_layers": 3, "hold": 20,

@@ -42,6 +42,7 @@ GRIDS: dict[str, dict[str, Any]] = {
         "presets": ("authors_befce39",),
         "protocol": "paper_text",
         "hold_perfect": 10,
+        "stack": "all",  # its records trained beside 5 seeds: all of them
     },
     # gap: the grokking gap at the paper's sizes (d 64, 3 layers; 5,000 / 5,000 / 10,000
     # strings), 300 epochs, 10 seeds per task and preset (the paper's count, enough for a
@@ -61,7 +62,9 @@ GRIDS: dict[str, dict[str, Any]] = {
     # the ledger reads both grids' runs together (25 seeds). gap's mod-3 runs of seeds 5-9
     # were trained in a 10-seed stack (their records' seed_batched is 10): a 5-seed
     # stack rounds differently in float32, which CSP's chaotic training grows into other
-    # histories (seed 9 reaches 100% at epoch 57, not 29).
+    # histories (seed 9 reaches 100% at epoch 57, not 29). Its parity records trained beside
+    # 15 seeds, all of parity's (their stack); its mod-3 records beside 10 seeds they do not
+    # name, so that stack cannot be rebuilt.
     "gap_seeds": {
         "tasks": ("mod3", "parity"),
         "seeds": tuple(range(10, 25)),
@@ -69,6 +72,7 @@ GRIDS: dict[str, dict[str, Any]] = {
         "n": None,
         "presets": ("authors_3bb9f71",),
         "hold_perfect": 10,
+        "stack": {"parity": "all"},
     },
     # fresh_gap: fresh seeds (10-29) of the paper text's model on parity and mod-3, in the
     # gap grid's setting, for the rows whose rules were written after the gap grid's seeds
