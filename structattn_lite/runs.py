@@ -23,7 +23,6 @@ import json
 import os
 import time
 import traceback
-import types
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -119,15 +118,14 @@ def checkpoint_path(root: Path, experiment: str, unit: Any) -> Path:
     return root / experiment / f"{config_hash(experiment, unit)}.ckpt"
 
 
-def _in_stack(record: RunRecord, stack: tuple[int, ...], stacks: SeedStacks) -> bool:
+def _in_stack(record: RunRecord, stack: tuple[int, ...]) -> bool:
     """Whether ``record`` trained in ``stack``: its record names it, or (a record from
-    before records named their stack) it trained beside as many seeds as its task's one
-    stack holds, which can only be that stack."""
+    before records named their stack) it trained beside as many seeds, the one evidence
+    such a record keeps (where the stack is all of its task's seeds, the only one it can be)."""
     named = record.extra.get("stack")
     if named is not None:
         return tuple(named) == stack
-    cfg = types.SimpleNamespace(**{k: record.config.get(k) for k in ("task", "seed")})
-    return record.extra.get("seed_batched") == len(stack) and stacks.whole(cfg)
+    return record.extra.get("seed_batched") == len(stack)
 
 
 def group_seeds(configs: Sequence[Any], stacks: SeedStacks | None = None) -> list[Any]:
@@ -250,7 +248,7 @@ def sweep(
             warnings.warn(f"skipping {experiment} run {key}: {err}", stacklevel=3)
             return None
         wanted = stacks and stacks.of(cfg)
-        if found is not None and wanted is not None and not _in_stack(found, wanted, stacks):
+        if found is not None and wanted is not None and not _in_stack(found, wanted):
             had = found.extra.get("stack") or f"a stack of {found.extra.get('seed_batched', 1)}"
             warnings.warn(
                 f"{experiment} run {found.key} (seed {cfg.seed}) was trained in {had}; its "
