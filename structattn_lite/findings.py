@@ -104,22 +104,28 @@ IN_SHORT = [
      "paper's 8.4 ± 2.1.",
      ["gap/paper/dyck1", "gap/authors_3bb9f71/dyck1", "gap/authors_3bb9f71/mod3"]),
     ("CSP, grokking",
-     f"On mod-3 the largest gradient norm of {TEXT} does not mark the jump: fewer than half "
-     "its seeds spike there...", ["spike/paper/mod3"]),
+     f"On parity and mod-3 the largest gradient norm of {TEXT} does not mark the jump: "
+     "fewer than half its seeds spike there...", ["spike/paper/parity", "spike/paper/mod3"]),
     ("CSP, grokking",
-     "...and on parity, for either model, and on mod-3 for the authors' model, whether it "
-     "does stays undecided; on parentheses no seed sits at chance before the jump, so there "
-     "is nothing for a spike to mark.",
-     ["spike/paper/parity", "spike/paper/dyck1", "spike/authors_3bb9f71/*"]),
+     "...and for the authors' model on parity and mod-3, whether it does stays undecided; "
+     "on parentheses no seed sits at chance before the jump, so there is nothing for a "
+     "spike to mark.",
+     ["spike/paper/dyck1", "spike/authors_3bb9f71/*"]),
     ("CSP, grokking",
      "The paper's curves do not read as it says: parentheses learn first, not last (first "
      "epoch at 90%, parentheses minus parity: {csp/convergence/order|ours:+.0f} epochs), and "
      "they never sit at chance before it.",
      ["csp/convergence/order", "csp/plateau/dyck1"]),
     ("CSP, grokking",
-     "Mod-3's plateau at chance ({csp/plateau/mod3|ours:.0f} epochs) neither matches nor "
-     "clearly misses the paper's 'about 80', and whether the gap grows with difficulty stays "
-     "undecided: too few seeds reach 100%.", ["csp/plateau/mod3", "csp/gap_order"]),
+     "Mod-3 sits at chance for {csp/plateau/mod3|ours:.0f} epochs "
+     "[{csp/plateau/mod3|low:.0f}, {csp/plateau/mod3|high:.0f}] before its jump, within the "
+     "margin of the paper's 'about 80', and its largest gradient norm falls at epoch "
+     "{csp/grad_profile/mod3|ours:.0f} [{csp/grad_profile/mod3|low:.0f}, "
+     "{csp/grad_profile/mod3|high:.0f}], within that of the paper's 'around 85'.",
+     ["csp/plateau/mod3", "csp/grad_profile/mod3"]),
+    ("CSP, grokking",
+     "Whether the gap grows with the task's difficulty stays undecided: too few seeds reach "
+     "100%.", ["csp/gap_order"]),
     ("CSP, length",
      "The authors' own length table holds at the training length, with their code at the "
      "revision behind each row, and past it for mod-3 and parentheses at L = 32...",

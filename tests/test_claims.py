@@ -152,8 +152,14 @@ def test_a_run_in_both_grokking_grids_counts_once(monkeypatch):
     expected = {}
     for r in records["gap"] + records["gap_seeds"]:
         expected.setdefault((r.config["task"], r.config["preset"]), set()).add(r.key)
+    from structattn_lite.claims.rules import rule
+
+    checked = 0
     for (task, preset), keys in expected.items():
-        assert rows[f"gap/{preset}/{task}"]["seeds"] == len(keys)
+        if rule(f"gap/{preset}/{task}").fresh is None:  # a row on fresh seeds reads those alone
+            assert rows[f"gap/{preset}/{task}"]["seeds"] == len(keys)
+            checked += 1
+    assert checked >= 3  # the authors' model on every task
 
 
 def test_an_undecided_rows_seed_count_comes_with_its_cost(monkeypatch):
