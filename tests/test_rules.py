@@ -141,3 +141,27 @@ def test_fresh_seeds_were_committed_after_the_rule_that_reads_them():
                     f"{path} was added in {commit[:8]}, not after {ident}'s rule named "
                     f"{grid} ({registered[:8]})"
                 )
+
+
+@pytest.mark.parametrize(
+    "ident, test",
+    [("attention/low_parameters/dot", "noninferiority"),  # an interaction, as it once read
+     ("gap/paper/mod3", "majority"),
+     ("authors/mod3/L32", "superiority")],  # read against a published number
+)  # fmt: skip
+def test_a_rule_that_names_another_test_than_its_row_computes_is_refused(
+    tmp_path, monkeypatch, ident, test
+):
+    """The ledger prints each row's rule beside its verdict, so the rule must name the test
+    that computed it: a table that says otherwise stops the ledger, naming the row."""
+    frame = pd.read_csv(rules.RULES_CSV, keep_default_na=False)
+    frame.loc[frame["id"] == ident, "test"] = test
+    bad = tmp_path / "rules.csv"
+    frame.to_csv(bad, index=False)
+    monkeypatch.setattr(rules, "RULES_CSV", bad)
+    rules.table.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=rf"ledger row '{ident}' .*{test}"):
+            claims.ledger()
+    finally:
+        rules.table.cache_clear()

@@ -45,17 +45,19 @@ def _attention_row(
     values=(),
     *,
     protocol: str,
+    test: str,
     untuned: str | None = None,
     **fields,
 ) -> dict:
-    """A comparison's row; ``untuned`` (how the rates were chosen, when not as the tuning
-    rule asks) leaves it undecided."""
+    """A comparison's row, decided by ``test`` (the rules table's name for ``result``'s
+    test); ``untuned`` (how the rates were chosen, when not as the tuning rule asks) leaves
+    it undecided."""
     if callable(result):  # decided with the row's smallest effect of interest
         result = result(rule_of(ident).delta)
     (diff, low, high), verdict, reason = (
         result if untuned is None else stats.untuned(result, untuned)
     )
-    return row(values, id=ident, study="attention", claim=words, source="the attention card",
+    return row(values, test=test, id=ident, study="attention", claim=words, source="the attention card",
                 ours=diff, low=low, high=high, verdict=verdict, reason=reason,
                 protocol=protocol,
                 grid=fields.pop("grid", "committed (attention)"),
@@ -70,7 +72,7 @@ def _interaction_row(ident, words, samples, names, where, **fields) -> dict:
     return _attention_row(
         ident, words, result,
         {f"{v}, {at}": x for (v, at), x in zip(names, samples, strict=True)},
-        seeds=min(len(x) for x in samples), **fields)  # fmt: skip
+        seeds=min(len(x) for x in samples), test="interaction", **fields)  # fmt: skip
 
 
 def _not_worse_than_dense(ident, where, split, bpc_of, fields_of=None, **fields) -> list[dict]:
@@ -88,7 +90,7 @@ def _not_worse_than_dense(ident, where, split, bpc_of, fields_of=None, **fields)
         rows.append(_attention_row(
             key, f"{where}{name(mat)}: {split} bpc equal to or better than "
             f"{name(dense)} (within {bpc})", stats.difference(a, b, delta=bpc, claim="not_worse"),
-            {dense: a, mat: b}, seeds=min(len(a), len(b)), **own))  # fmt: skip
+            {dense: a, mat: b}, seeds=min(len(a), len(b)), test="noninferiority", **own))  # fmt: skip
     return rows
 
 
@@ -255,7 +257,7 @@ def attention() -> list[dict]:
             key, f"{name(mat)}: validation bpc equal to or better "
             f"than {name(dense)} (within {bpc})",
             lambda delta, a=a, b=b: stats.difference(a, b, delta=delta, claim="not_worse"),
-            {dense: a, mat: b}, seeds=min(len(a), len(b))))  # fmt: skip
+            {dense: a, mat: b}, seeds=min(len(a), len(b)), test="noninferiority"))  # fmt: skip
         for group in SMOOTHER_GROUPS:  # the whole model, each layer, the metric
             key = f"attention/smoother/{ident}" + ("" if group == "total" else f"/{group}")
             a = col("main", mat, f"gnv_{group}", ident=key)
@@ -265,14 +267,14 @@ def attention() -> list[dict]:
                 f"{name(mat)}: smoother training than {name(dense)} (lower gradient-norm variance after "
                 f"warmup, {name(group)})",
                 lambda delta, a=a, b=b: stats.difference(a, b, delta=delta, claim="less", log=True),
-                {mat: a, dense: b}, seeds=min(len(a), len(b))))  # fmt: skip
+                {mat: a, dense: b}, seeds=min(len(a), len(b)), test="log_ratio"))  # fmt: skip
     ours, dense = col("main", m, "params_metric"), col("main", "dense", "params_metric")
     fewer = ours[0] < dense[0] if ours and dense else None
     # what the two rows below (a count, not a difference) share with the card's other rows
     card = dict(study="attention", source="the attention card", protocol=protocol,
                 grid="committed (attention)", command=ATTENTION_COMMAND)  # fmt: skip
     rows.append(row(
-        id="attention/fewer_parameters", claim=f"{name(m)} has fewer metric parameters than "
+        test="count", id="attention/fewer_parameters", claim=f"{name(m)} has fewer metric parameters than "
         f"{name('dense')}", ours=ours[0] if ours else math.nan, seeds=len(ours),
         verdict=stats.REPRODUCED if fewer else stats.NOT_REPRODUCED if fewer is False else
         stats.UNDECIDED, reason=f"{ours[0]:.0f} against {dense[0]:.0f} metric parameters"
@@ -281,7 +283,7 @@ def attention() -> list[dict]:
     matroidal = finals[finals["kind"] == "matroidal"]
     bad = int((matroidal["fast_nonfinite"] + matroidal["audit_nonfinite_logits"] > 0).sum())
     rows.append(row(
-        id="attention/stable/nonfinite", claim="no non-finite attention logits in any matroidal run",
+        test="count", id="attention/stable/nonfinite", claim="no non-finite attention logits in any matroidal run",
         ours=bad, seeds=len(matroidal), verdict=stats.REPRODUCED if bad == 0 and len(matroidal) >=
         stats.MIN_SEEDS else stats.NOT_REPRODUCED if bad else stats.UNDECIDED,
         reason=f"{bad} of {len(matroidal)} matroidal runs had a non-finite logit",
@@ -295,7 +297,7 @@ def attention() -> list[dict]:
         "(share of softmax rows whose largest weight is 1 to working precision)",
         lambda delta: stats.difference(share[m], share["dense"], delta=delta, claim="not_more",
                                        spec="+.2e"),
-        share, seeds=len(share[m]), notebook="02, numerical audit"))  # fmt: skip
+        share, seeds=len(share[m]), notebook="02, numerical audit", test="noninferiority"))  # fmt: skip
     key = "attention/stable/bfloat16"
     shift = {v: [x - y for x, y in zip(col("stability", v, "val_bpc", precision="bfloat16", ident=key),
                                        col("main", v, "val_bpc", ident=key), strict=False)]
@@ -304,7 +306,7 @@ def attention() -> list[dict]:
         key, f"{name(m)} loses no more to bfloat16 autocast than {name('dense')} "
         f"(shift of validation bpc, same seeds, within {rule_of(key).delta})",
         lambda delta: stats.difference(shift["dense"], shift[m], delta=delta, claim="not_worse"),
-        shift, seeds=len(shift[m])))  # fmt: skip
+        shift, seeds=len(shift[m]), test="noninferiority"))  # fmt: skip
     for base in ("dense", "dot"):
         key = f"attention/low_data/{base}"
         low = [col("low data", v, "val_bpc", fraction=0.01, ident=key) for v in (m, base)]
@@ -322,7 +324,7 @@ def attention() -> list[dict]:
         "attention/best_m", f"one support size m is best (lowest validation bpc: m={best}, "
         f"against the next best, m={runner})",
         lambda delta: stats.difference(sizes[best], sizes[runner], delta=delta, claim="less"),
-        {f"m={k}": v for k, v in sizes.items()}, seeds=len(sizes[best])))  # fmt: skip
+        {f"m={k}": v for k, v in sizes.items()}, seeds=len(sizes[best]), test="superiority"))  # fmt: skip
     key = "attention/pruning"
     unpruned, pruned = col("main", m, "val_bpc"), col("main", m, "prune_val_bpc_0.5")
     rows.append(_attention_row(  # one variant against itself: the tuning rule has no say
@@ -330,13 +332,13 @@ def attention() -> list[dict]:
         "coefficients pruned and a short fine-tune",
         lambda delta: stats.difference(pruned, unpruned, delta=delta, claim="not_more", paired=True),
         {"unpruned": unpruned, "half pruned": pruned}, seeds=len(pruned),
-        protocol=protocol))  # fmt: skip
+        protocol=protocol, test="paired_noninferiority"))  # fmt: skip
     key = "attention/digits"
     a, b = col("digits", m, "test_acc"), col("digits", "dense", "test_acc")
     rows.append(attention_row(
         key, f"{name(m)} classifies 8x8 digits as well as {name('dense')} (test accuracy "
         f"within {rule_of(key).delta})",
         lambda delta: stats.difference(a, b, delta=delta, claim="not_worse"),
-        {m: a, "dense": b}, seeds=len(a), untuned=_untuned(runs, "digits"),
+        {m: a, "dense": b}, seeds=len(a), untuned=_untuned(runs, "digits"), test="noninferiority",
         protocol="digits as 4x4 patch tokens, 400 steps, 5 seeds; test accuracy"))  # fmt: skip
     return rows

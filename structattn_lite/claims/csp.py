@@ -170,7 +170,7 @@ def ablation_claims() -> list[dict]:
                     reason += (f"; row `ablation/{ON_THE_FULL_MODEL[key]}/{task}` asks it of "
                                "the full model, which trains")  # fmt: skip
             rows.append(row(
-                {"A": va, "B": vb}, id=ident, study="CSP",
+                {"A": va, "B": vb}, test="superiority", id=ident, study="CSP",
                 claim=f"{words}: {display_name(task)} {names.metric_name(task)}, "
                       f"A `{a}` against B `{b}`",
                 source="CSP paper, section 3.3", published=math.nan, ours=diff, low=low,
@@ -256,7 +256,7 @@ def grokking() -> list[dict]:
             ours, low, high, verdict, reason = verdicts["100"]
             rows.append(row(
                 {"gap to 100%": seeds["gap_100"].tolist(), "gap to 99%": seeds["gap_99"].tolist()},
-                id=f"gap/{preset}/{task}", study="CSP",
+                test="gap", id=f"gap/{preset}/{task}", study="CSP",
                 claim=f"grokking gap (90% to 100% test accuracy), {display_name(task)}, "
                       f"{display_name(preset)}: {paper[0]} ± {paper[1]} epochs",
                 source="CSP paper, section 4.2.1", published=paper[0], ours=ours, low=low,
@@ -280,7 +280,7 @@ def grokking() -> list[dict]:
             share = stats.share_interval(at, len(phased)) if len(phased) else (math.nan,) * 2
             rows.append(row(
                 {"spike minus jump (epochs)": phased["spike_offset"].tolist()},
-                id=f"spike/{preset}/{task}", study="CSP",
+                test="majority", id=f"spike/{preset}/{task}", study="CSP",
                 claim=f"the largest gradient norm coincides with the jump, {display_name(task)}, "
                       f"{display_name(preset)}",
                 source="CSP paper, section 4.2.1", ours=at / max(len(phased), 1),
@@ -340,7 +340,7 @@ def curves() -> list[dict]:
         (diff, low, high), verdict, reason = stats.difference(
             a, b, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
         return row(
-            {display_name(first): a, display_name(second): b}, id=ident,
+            {display_name(first): a, display_name(second): b}, test="superiority", id=ident,
             claim=f"{words}, {display_name('paper')}", source=source, ours=diff, low=low,
             high=high, seeds=min(len(a), len(b)), verdict=verdict, reason=reason,
             notebook="03, grokking gap", **fields, **where)  # fmt: skip

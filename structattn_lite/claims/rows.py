@@ -56,13 +56,22 @@ def fresh_reader(load, grid_words: str, command: str):
     return read_on
 
 
-def row(values=(), *, fresh_read: bool = False, cell: dict | None = None, **fields) -> dict:
+def row(values=(), *, test: str, fresh_read: bool = False, cell: dict | None = None,
+        **fields) -> dict:  # fmt: skip
     """One ledger row. ``values`` holds the per-seed numbers behind it, for the claims
     dashboard (a list, or a dict of lists for a two-sided comparison); not in the CSV.
-    Its ``rule`` and ``evidence`` come from the rules table; ``fresh_read``: the row was
-    read on the fresh seeds its rule names; ``cell``: the config fields of the runs it
-    reads (e.g. task and preset), so that "N more seeds" is priced at their pace."""
+    ``test``: the test that computed its verdict, which must be the one its rule in the
+    rules table names (the ledger prints that rule beside the verdict). Its ``rule`` and
+    ``evidence`` come from the rules table; ``fresh_read``: the row was read on the fresh
+    seeds its rule names; ``cell``: the config fields of the runs it reads (e.g. task and
+    preset), so that "N more seeds" is priced at their pace."""
     rule = rule_of(fields["id"])
+    if rule.test != test:
+        raise ValueError(
+            f"ledger row {fields['id']!r} is decided by a {test} test, but its rule in "
+            f"rules.csv names a {rule.test} test; correct the rule (and mark the row "
+            "exploratory if its runs were read under the wrong one)"
+        )
     fields = {**fields, "rule": rule.words(), "evidence": rule.evidence_now(fresh_read)}
     waiting = rule.fresh is not None and not fresh_read  # the fresh seeds that decide it
     if waiting:
@@ -168,12 +177,15 @@ def published_row(values: pd.Series, diverged: int, published: float, *,
     number - delta). ``bounds``: ``stats.UNIT`` for accuracy and F1 (the interval clipped to
     [0, 1]), None for a metric without bounds; every caller says which."""
     rule = rule_of(fields["id"])
-    test = {"equivalence": stats.equivalence, "noninferiority": stats.noninferiority}
-    verdict, reason = test[rule.test](values.tolist(), published, rule.delta, diverged=diverged,
-                                      bounds=bounds)  # fmt: skip
+    tests = {"equivalence": stats.equivalence, "noninferiority": stats.noninferiority}
+    if rule.test not in tests:
+        raise ValueError(f"ledger row {fields['id']!r} is read against a published number, "
+                         f"so its rule names one of {sorted(tests)}, not {rule.test!r}")  # fmt: skip
+    verdict, reason = tests[rule.test](values.tolist(), published, rule.delta,
+                                       diverged=diverged, bounds=bounds)  # fmt: skip
     mean, low, high, n = stats.mean_interval(values.tolist(), bounds=bounds)
-    return row(values.tolist(), published=published, ours=mean, low=low, high=high,
-               seeds=n + diverged, verdict=verdict, reason=reason, **fields)  # fmt: skip
+    return row(values.tolist(), test=rule.test, published=published, ours=mean, low=low,
+               high=high, seeds=n + diverged, verdict=verdict, reason=reason, **fields)  # fmt: skip
 
 
 _DIVERGED = re.compile(r"(\d+) of (\d+) seeds diverged")  # as stats.equivalence writes it

@@ -52,7 +52,7 @@ def theory() -> list[dict]:
     bad = sum(not c.is_tu for c in certificates)
     criteria = sorted({c.criterion for c in certificates})
     rows = [row(
-        id="theory/tu", claim="every graph-incidence support is totally unimodular",
+        test="count", id="theory/tu", claim="every graph-incidence support is totally unimodular",
         ours=bad, seeds=len(cells), verdict=stats.NOT_REPRODUCED if bad else stats.REPRODUCED,
         reason=f"{len(cells) - bad} of {len(cells)} supports totally unimodular (exact; "
                f"{', '.join(criteria)})", **fields)]  # fmt: skip
@@ -65,7 +65,7 @@ def theory() -> list[dict]:
             gap = max(gap, float(np.abs(terms - metric_matrix(A, w, EPS)).max()))
     ok = lowest >= EPS * (1 - 1e-9) and gap < 1e-12
     rows.append(row(
-        id="theory/psd", claim="M = A diag(l) A^T + eps I is a sum of rank-one PSD terms plus "
+        test="count", id="theory/psd", claim="M = A diag(l) A^T + eps I is a sum of rank-one PSD terms plus "
         "eps I, so positive definite with eigenvalues at least eps, for any l = softplus(theta)",
         ours=lowest, seeds=len(cells), verdict=stats.REPRODUCED if ok else stats.NOT_REPRODUCED,
         reason=f"smallest eigenvalue {lowest:.3g} (eps {EPS:g}) over {THETA_DRAWS + 2} draws of theta "
