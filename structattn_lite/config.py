@@ -132,10 +132,6 @@ class SeedStacks:
         """The stack ``cfg``'s seed trains in (None: its seed is in none)."""
         return next((stack for stack in self._stacks(cfg) if cfg.seed in stack), None)
 
-    def whole(self, cfg: Any) -> bool:
-        """Whether ``cfg``'s task trains all its seeds as one stack."""
-        return len(self._stacks(cfg)) == 1
-
 
 def seed_stacks(spec: dict[str, Any]) -> SeedStacks | None:
     """The stacks a grid names (None: it names none): ``stack`` seeds at a time, in the

@@ -57,9 +57,6 @@ def test_a_grid_names_its_stacks_as_consecutive_blocks_of_its_seeds():
     fresh = config.seed_stacks(LENGTH["authors_fresh"])
     assert fresh.of(cfg(task="parity", seed=12)) == tuple(range(10, 22))
     assert fresh.of(cfg(task="mod3_authors", seed=12)) == tuple(range(10, 20))
-    assert fresh.whole(cfg(task="parity", seed=12)) and not fresh_gap.whole(
-        cfg(task="mod3", seed=1)
-    )
     with pytest.raises(ValueError, match="stack"):
         config.seed_stacks({**TOY, "stack": 0})
 
