@@ -167,8 +167,8 @@ SOURCE_GROUPS = {
 }  # fmt: skip
 
 # A table's key columns whose values are code keys, and the header each is shown under.
-COLUMNS = {"preset": "model", "model": "model", "variant": "variant", "task": "task",
-           "loss": "loss"}  # fmt: skip
+COLUMNS = {"preset": "model", "model": "model", "variant": "variant", "rival": "rival",
+           "task": "task", "loss": "loss"}  # fmt: skip
 
 ENTRIES: dict[str, Entry] = {
     **{key: Entry(name, color, MARKERS[i % len(MARKERS)], LINESTYLES[i % len(LINESTYLES)])
