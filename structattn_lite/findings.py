@@ -79,6 +79,10 @@ IN_SHORT = [
      ["ablation/skip_in_full/*", "ablation/step_silu_in_full/mod3",
       "ablation/step_silu_in_full/dyck1"]),
     ("CSP, the paper's tables",
+     "Section 2.3's claim that rotating each complex dimension on its own beats RoPE-style "
+     "pairwise rotation waits for its runs (grid `paper_rope`, whose rule came first).",
+     ["ablation/rotation_elementwise/*"]),
+    ("CSP, the paper's tables",
      "On parity the per-step SiLU's loss ({ablation/step_silu_in_full/parity|ours:+.3f}, "
      "interval up to {ablation/step_silu_in_full/parity|high:+.3f}) is too uncertain to say "
      "whether it reaches 0.02.", ["ablation/step_silu_in_full/parity"]),

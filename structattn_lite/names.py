@@ -142,6 +142,7 @@ ABLATION_GRIDS = {
     "paper_text": "Table 3's grid",
     "paper_table4": "Table 4's grid",
     "paper_332": "section 3.3.2's grid",
+    "paper_rope": "section 2.3's grid",
     "smoke": "the smoke profile's grid",
     "quick": "the quick profile's grid",
     "paper": "the paper profile's grid",

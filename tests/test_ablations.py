@@ -225,3 +225,33 @@ def test_the_papers_a_beats_b_claims_are_ledger_rows_on_the_cells_seeds(monkeypa
     assert silu["verdict"] == "undecided" and silu["seeds"] == 10
     assert "B 0.400 over 1 (4 diverged)" in silu["reason"]
     assert "`ablation/skip_in_full/dyck1` asks it of the full model" in silu["reason"]
+
+
+def test_section_2_3s_pairwise_rotation_is_its_own_grid_and_claim(monkeypatch):
+    """Grid paper_rope trains the full model with RoPE-style pairwise rotation at the paper's
+    setting (no other switch), labelled as no Table 4 cell; its claim reads A from the full
+    model's cells and B from the grid's committed file, and says where to train it."""
+    from structattn_lite.claims import csp
+
+    configs = ab.grid("paper_rope")
+    assert len(configs) == 15 and {c.task for c in configs} == set(ab.TASKS)
+    assert all(c.model_options == {"rotation": "pairwise"} for c in configs)
+    cell = ab.cell_of(dataclasses.asdict(configs[0]))
+    assert (cell["rotation"], cell["variant"], cell["table"]) == ("pairwise", "+norm", "2.3")
+    cells = {f"{side}/{task}": _cell(f"{side}/{task}", [1.0, 0.99, 1.0, 0.98, 1.0])
+             for _, tasks, *sides in csp.ABLATION_CLAIMS.values() for side in sides
+             for task in tasks if side.startswith("table")}  # fmt: skip
+    monkeypatch.setattr(csp, "table3", lambda: [c for i, c in cells.items() if "table3" in i])
+    monkeypatch.setattr(csp, "table4", lambda: [c for i, c in cells.items() if "table4" in i])
+    b = [0.5, 0.52, 0.49, 0.51, 0.5]
+    committed = pd.DataFrame({"task": "parity", "variant": "+norm", "rotation": "pairwise",
+                              "status": "early_stop", "test_seq_acc": b, "test_seq_f1": b})  # fmt: skip
+    real_read = csp.read
+    monkeypatch.setattr(
+        csp, "read", lambda name: committed if "paper_rope" in name else real_read(name)
+    )
+    rows = {r["id"]: r for r in csp.ablation_claims()}
+    parity = rows["ablation/rotation_elementwise/parity"]
+    assert parity["values"]["B"] == b and parity["verdict"] == "reproduced"
+    assert parity["source"] == "CSP paper, section 2.3" and "--grid paper_rope" in parity["command"]
+    assert "B's runs are not trained yet" in rows["ablation/rotation_elementwise/mod3"]["reason"]

@@ -6,10 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from structattn_lite.models import CSP_PRESETS, build_model, csp_config
-from structattn_lite.models.csp import CSPBlock, linear_recurrence_loop
+from structattn_lite.models.csp import CSPBlock, linear_recurrence_loop, rotate_pairs
+from structattn_lite.models.csp_stacked import StackedCSP
 from structattn_lite.records import RunStore
 from structattn_lite.runs import sweep, train
 from structattn_lite.training.losses import cross_entropy, focal_loss, get_loss
+from structattn_lite.training.seed_batching import stack_models
 from structattn_lite.training.state_tracking import CSPRun
 from structattn_lite.training.trainer import Callback, OptimConfig, Trainer
 
@@ -64,9 +66,47 @@ def test_cumulative_angle_rotates_by_the_running_sum():
     torch.testing.assert_close(off(u), before)
 
 
+def test_pairwise_rotation_turns_pairs_of_dims_not_each_phase():
+    """Section 2.3's contrast: the step's angle turns each pair of dims (2k, 2k+1) by a real
+    2D rotation (RoPE's block-diagonal form). It keeps each pair's squared modulus, not each
+    dim's modulus as the element-wise phase does; the rest of the block is unchanged."""
+    torch.manual_seed(0)
+    options = dict(d_model=6, skip=False, silu="none", norm="none")
+    pairwise = CSPBlock(csp_config("paper", rotation="pairwise", **options))
+    step = CSPBlock(csp_config("paper", **options))
+    step.load_state_dict(pairwise.state_dict())
+    u = torch.randn(3, 5, 6, dtype=torch.complex64)
+    z = pairwise.in_proj(u)
+    theta = math.pi * torch.tanh(pairwise.angle(z.real))
+    hand = torch.empty_like(z)
+    for k in range(0, 6, 2):
+        hand[..., k] = (
+            torch.cos(theta[..., 0]) * z[..., k] - torch.sin(theta[..., 0]) * z[..., k + 1]
+        )
+        hand[..., k + 1] = (
+            torch.sin(theta[..., 0]) * z[..., k] + torch.cos(theta[..., 0]) * z[..., k + 1]
+        )
+    torch.testing.assert_close(rotate_pairs(z, theta), hand)
+    pairs = lambda x: (x.abs() ** 2).view(*x.shape[:-1], 3, 2).sum(-1)  # noqa: E731
+    torch.testing.assert_close(pairs(hand), pairs(z))
+    assert not torch.allclose(hand.abs(), z.abs())
+    alpha, gamma = pairwise.gates(z.real)
+    torch.testing.assert_close(
+        pairwise.recur(u)[1], linear_recurrence_loop(alpha, gamma * hand), rtol=1e-5, atol=1e-5
+    )
+    assert not torch.allclose(pairwise(u), step(u))
+    # it has no stacked form: a run of it trains the reference model, one seed at a time
+    model = build_model("csp", rotation="pairwise", d_model=6)
+    assert stack_models([model]) is None and stack_models([build_model("csp", d_model=6)])
+    with pytest.raises(ValueError, match="rotation='pairwise' has no stacked form"):
+        StackedCSP(model.cfg)
+
+
 @pytest.mark.parametrize(
     "options, match",
     [
+        ({"rotation": "pairwise", "d_model": 5}, r"pairs of dims, so d_model must be even"),
+        ({"rotation": "pairwise", "angle_dims": "per_dim"}, r"angle_dims only applies"),
         ({"silu": "step", "scan": "parallel"}, r"silu='step' makes the recurrence nonlinear"),
         ({"rotation": "none", "angle_dims": "per_dim"}, r"angle_dims only applies"),
         ({"norm": "batch"}, r"norm='batch'.*'complex', 'layernorm', 'none'"),

@@ -120,7 +120,14 @@ ABLATION_CLAIMS = {  # key -> (the paper's words, tasks, cell A, cell B)
                      "table4/with/+norm", "paper_332/-skip"),
     "step_silu_in_full": ("SiLU inside every step underperforms SiLU at the block boundary",
                           PAPER_TASKS, "table4/with/+norm", "paper_332/+stepsilu"),
+    # section 2.3, on the full model (grid paper_rope): its rotation against RoPE's form
+    "rotation_elementwise": ("rotating each complex dim on its own beats RoPE-style pairwise "
+                             "rotation", PAPER_TASKS, "table4/with/+norm", "paper_rope/+norm"),
 }  # fmt: skip
+# cells read from a grid of their own (no Table 3 or 4 row holds them): grid -> its rows'
+# (variant, rotation label)
+OWN_GRID_CELLS = {"paper_332": (("-skip", "with"), ("+stepsilu", "with")),
+                  "paper_rope": (("+norm", "pairwise"),)}  # fmt: skip
 
 
 def _side(values: list[float], diverged: int) -> str:
@@ -131,17 +138,20 @@ def _side(values: list[float], diverged: int) -> str:
 
 def _ablation_cells() -> dict[str, tuple[list[float], int]]:
     """Every cell an "A beats B" row compares, by its id: its trained seeds' values and how
-    many seeds diverged. The Table 3 and 4 cells are those rows' own; the section 3.3.2
-    cells (grid paper_332) are read from their file, as the table rows read theirs."""
+    many seeds diverged. The Table 3 and 4 cells are those rows' own; the cells of grids
+    of their own (``OWN_GRID_CELLS``) are read from their files, as the table rows read
+    theirs."""
     cells = {}
     for r in (*table3(), *table4()):
         k = diverged_seeds(r["reason"])
         cells[r["id"]] = (list(r["values"]["ours"]), k[0] if k else 0)
-    frame = read(COMMITTED_CSV["paper_332"])
-    for variant in ("-skip", "+stepsilu"):
-        for task in PAPER_TASKS:
-            values, diverged = _cell_values(frame, _selector(variant=variant), task)
-            cells[f"paper_332/{variant}/{task}"] = (values.tolist(), diverged)
+    for grid, rows in OWN_GRID_CELLS.items():
+        frame = read(COMMITTED_CSV[grid])
+        for variant, rotation in rows:
+            for task in PAPER_TASKS:
+                pick = _selector(variant=variant, rotation=rotation)
+                values, diverged = _cell_values(frame, pick, task)
+                cells[f"{grid}/{variant}/{task}"] = (values.tolist(), diverged)
     return cells
 
 
@@ -158,7 +168,7 @@ def ablation_claims() -> list[dict]:
                 cells[f"{a}/{task}"],
                 cells[f"{b}/{task}"],
             )
-            grid = "paper_332" if b.startswith("paper_332/") else "paper_table4"
+            grid = b.split("/")[0] if b.split("/")[0] in OWN_GRID_CELLS else "paper_table4"
             (diff, low, high), verdict, reason = stats.difference(
                 va, vb, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
             if not vb and not db:
@@ -173,7 +183,8 @@ def ablation_claims() -> list[dict]:
                 {"A": va, "B": vb}, test="superiority", id=ident, study="CSP",
                 claim=f"{words}: {display_name(task)} {names.metric_name(task)}, "
                       f"A `{a}` against B `{b}`",
-                source="CSP paper, section 3.3", published=math.nan, ours=diff, low=low,
+                source=f"CSP paper, section {'2.3' if grid == 'paper_rope' else '3.3'}",
+                published=math.nan, ours=diff, low=low,
                 high=high, seeds=len(va) + da + len(vb) + db, verdict=verdict,
                 reason=f"A {_side(va, da)}, B {_side(vb, db)}; {reason}", protocol=PAPER_TEXT,
                 grid=f"{grid} (+ paper_text)", notebook="04, the paper's claims",

@@ -102,6 +102,7 @@ _TIMED = {
     **{f"{grid} (attention)": (files[0], "cpu_seconds") for grid, files in ATTENTION_CSV.items()},
     "paper_text": ("csp_ablations_paper_text.csv", "seconds"),
     "paper_332 (+ paper_text)": ("csp_ablations_paper_332.csv", "seconds"),
+    "paper_rope (+ paper_text)": ("csp_ablations_paper_rope.csv", "seconds"),
     "gap": ("csp_grokking_gap.csv.gz", "extra"),
 }  # fmt: skip
 

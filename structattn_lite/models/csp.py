@@ -19,7 +19,7 @@ from torch import nn
 
 from structattn_lite.config import check_choice, check_int
 
-ROTATIONS = ("step", "cumulative", "none")
+ROTATIONS = ("step", "cumulative", "pairwise", "none")
 ANGLE_DIMS = ("scalar", "per_dim")
 GATES = ("softplus", "decay")
 SILU = ("boundary", "step", "none")
@@ -35,7 +35,9 @@ class CSPConfig:
     n_layers: int = 3
     # "step": each input rotated by its own angle (text, eqs. 9-10); "cumulative": by the
     # running sum of angles (authors' code), i.e. a data-dependent rotation of the state
-    # frame; "none": no rotation (Table 4's left half).
+    # frame; "pairwise": the step's angle as a real 2D rotation of each pair of complex dims
+    # (2k, 2k+1), RoPE's block-diagonal form, which section 2.3 argues against; "none": no
+    # rotation (Table 4's left half).
     rotation: str = "step"
     angle_dims: str = "scalar"  # one angle per step (eq. 9) or one per complex dim (sec. 2.3)
     # "softplus": alpha = gamma = softplus(delta_t) (text; alpha may exceed 1);
@@ -64,8 +66,11 @@ class CSPConfig:
                 "silu='step' makes the recurrence nonlinear, so it has no parallel scan; "
                 "use scan='loop' or silu in ('boundary', 'none')"
             )
-        if self.rotation == "none" and self.angle_dims != "scalar":
+        if self.rotation in ("none", "pairwise") and self.angle_dims != "scalar":
             raise ValueError("angle_dims only applies with rotation in ('step', 'cumulative')")
+        if self.rotation == "pairwise" and self.d_model % 2:
+            raise ValueError(f"rotation='pairwise' rotates pairs of dims, so d_model must be "
+                             f"even, got {self.d_model}")  # fmt: skip
 
 
 CSP_PRESETS = {
@@ -97,6 +102,15 @@ class ComplexLinear(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return torch.complex(self.re(u.real) - self.im(u.imag), self.re(u.imag) + self.im(u.real))
+
+
+def rotate_pairs(z: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """RoPE's block-diagonal rotation on complex z [..., d] (d even): each pair of dims
+    (z_2k, z_2k+1) turned by the real 2D rotation of angle theta [..., 1]. Element-wise
+    rotation (``z * e^{i theta}``) instead turns each dim's phase on its own."""
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    a, b = z[..., 0::2], z[..., 1::2]
+    return torch.stack([cos * a - sin * b, sin * a + cos * b], -1).flatten(-2)
 
 
 def linear_recurrence_loop(alpha: torch.Tensor, drive: torch.Tensor, step_silu: bool = False):
@@ -139,7 +153,10 @@ class CSPBlock(nn.Module):
             theta = math.pi * torch.tanh(self.angle(z.real))
             if cfg.rotation == "cumulative":
                 theta = theta.cumsum(1)
-            drive = z * torch.polar(torch.ones_like(theta), theta)
+            if cfg.rotation == "pairwise":
+                drive = rotate_pairs(z, theta)
+            else:
+                drive = z * torch.polar(torch.ones_like(theta), theta)
         alpha, gamma = self.gates(z.real)
         drive = gamma * drive
         if cfg.scan == "parallel":

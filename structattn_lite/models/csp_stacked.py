@@ -312,6 +312,11 @@ class SeedStack(nn.Module):
 
     reference: type[nn.Module]
 
+    @classmethod
+    def has_form(cls, cfg) -> bool:
+        """Whether a config of ``reference`` has a stacked form here (else: one seed at a time)."""
+        return True
+
     def __init__(self, cfg, n_seeds: int):
         super().__init__()
         if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
@@ -365,9 +370,16 @@ class StackedCSP(SeedStack):
 
     reference = CSP
 
+    @classmethod
+    def has_form(cls, cfg: CSPConfig) -> bool:
+        return cfg.rotation != "pairwise"  # the section 2.3 contrast trains as the reference
+
     def __init__(self, cfg: CSPConfig, n_seeds: int = 1, init: bool = True):
         if not isinstance(cfg, CSPConfig):
             raise ValueError(f"cfg must be a CSPConfig, got {type(cfg).__name__}")
+        if not self.has_form(cfg):
+            raise ValueError("rotation='pairwise' has no stacked form: train it as CSP, one "
+                             "seed at a time")  # fmt: skip
         super().__init__(cfg, n_seeds)
         d, s = cfg.d_model, n_seeds
         self.embed = nn.Parameter(torch.empty(s, cfg.vocab_size, 2 * d))

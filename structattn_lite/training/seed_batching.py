@@ -20,7 +20,11 @@ def stack_models(models: Sequence[nn.Module]) -> nn.Module | None:
     from structattn_lite.models.csp_stacked import StackedCSP
 
     for stacked in (StackedCSP, StackedAuthorsCSP):
-        if all(type(m) is stacked.reference for m in models) and len({m.cfg for m in models}) == 1:
+        if (
+            all(type(m) is stacked.reference for m in models)
+            and len({m.cfg for m in models}) == 1
+            and stacked.has_form(models[0].cfg)
+        ):
             return stacked.stack(list(models))
     return None
 

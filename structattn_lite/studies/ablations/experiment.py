@@ -30,6 +30,7 @@ from structattn_lite.studies.ablations.grids import (  # noqa: F401 (the study's
     NAN,
     PAPER_TABLE3,
     PAPER_TABLE4,
+    ROTATION_SWITCH,
     ROTATIONS,
     TASKS,
     VARIANTS,
@@ -54,9 +55,8 @@ def cell_config(
     """One run of one table cell; rotation "without" sets ``rotation="none"``."""
     from structattn_lite.data.tasks import PAPER_N
 
-    options = {"d_model": spec["d_model"], "n_layers": spec["n_layers"], **VARIANTS[variant]}
-    if rotation == "without":
-        options["rotation"] = "none"
+    options = {"d_model": spec["d_model"], "n_layers": spec["n_layers"], **VARIANTS[variant],
+               **ROTATION_SWITCH.get(rotation, {})}  # fmt: skip
     options["scan"] = "loop" if options["silu"] == "step" else "parallel"
     return CSPRun(
         task=task,
@@ -79,7 +79,7 @@ def row_switches(preset: str, rotation: str, variant: str) -> dict[str, Any]:
     from structattn_lite.models.csp import CSP_PRESETS
 
     base = dataclasses.asdict(CSP_PRESETS[preset])
-    wanted = {**VARIANTS[variant], **({"rotation": "none"} if rotation == "without" else {})}
+    wanted = {**VARIANTS[variant], **ROTATION_SWITCH.get(rotation, {})}
     return {k: v for k, v in wanted.items() if base[k] != v}
 
 
@@ -153,9 +153,11 @@ def cell_of(config: dict[str, Any]) -> dict[str, str]:
         v for v, switches in VARIANTS.items()
         if all(options.get(k) == val for k, val in switches.items())
     )  # fmt: skip
-    rotation = "without" if options.get("rotation") == "none" else "with"
+    rotation = next((label for label, switch in ROTATION_SWITCH.items()
+                     if options.get("rotation") == switch["rotation"]), "with")  # fmt: skip
     split = "random" if config["leaky"] else "disjoint"
     table = "split" if split == "disjoint" else ("3" if config["loss"] == "ce" else "4")
+    table = "2.3" if rotation == "pairwise" else table  # section 2.3's contrast: no table
     return {"table": table, "rotation": rotation, "variant": variant, "loss": config["loss"],
             "split": split, "task": config["task"], "preset": config["preset"]}  # fmt: skip
 

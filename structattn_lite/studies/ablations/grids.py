@@ -22,7 +22,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "-skip": {"silu": "boundary", "skip": False, "norm": "complex"},
     "+stepsilu": {"silu": "step", "skip": True, "norm": "complex"},
 }
-ROTATIONS = ("with", "without")
+ROTATIONS = ("with", "without")  # Table 4's halves
+# a cell's rotation label -> the model option it sets ("with": the preset's own, eq. 10);
+# "pairwise" is section 2.3's contrast (RoPE's 2D rotations of pairs of dims), no Table 4 row
+ROTATION_SWITCH = {"without": {"rotation": "none"}, "pairwise": {"rotation": "pairwise"}}
 
 # Published numbers (STUDY_BRIEF section 3), as fractions; NaN where the paper gives none.
 NAN = math.nan
@@ -87,6 +90,14 @@ GRIDS: dict[str, dict[str, Any]] = {
     "paper_332": {"tasks": ("dyck1", "mod3", "parity"), "presets": ("paper",),
                   "seeds": tuple(range(5)), "epochs": 300, "hold": 10, "setting": "paper_text",
                   "rows": (("with", "-skip"), ("with", "+stepsilu")), "stack": "all"},
+    # paper_rope: section 2.3's claim that rotating each complex dim on its own (eq. 10)
+    # beats RoPE's block-diagonal form: the full model with the step's angle turning each
+    # pair of dims (2k, 2k+1) by a real 2D rotation instead; the paper_text protocol, 5
+    # seeds. Its other side is the full model's runs (paper_text). The pairwise rotation
+    # has no stacked form, so each seed trains alone (no stack).
+    "paper_rope": {"tasks": ("dyck1", "mod3", "parity"), "presets": ("paper",),
+                   "seeds": tuple(range(5)), "epochs": 300, "hold": 10, "setting": "paper_text",
+                   "rows": (("pairwise", "+norm"),)},
     # paper: the paper's sizes and 300 epochs, 5 seeds (hours; resumable via RunStore).
     "paper": {"tasks": TASKS, "presets": ("paper", "code_switches"), "seeds": tuple(range(5)),
               "epochs": 300, "n": None, "d_model": 64, "n_layers": 3, "hold": 20,
@@ -99,10 +110,11 @@ COMMITTED_CSV = {
     "paper_text": "csp_ablations_paper_text.csv",
     "paper_table4": "csp_ablations_paper_table4.csv",
     "paper_332": "csp_ablations_paper_332.csv",
+    "paper_rope": "csp_ablations_paper_rope.csv",
 }
 
 
-GROWN_ACROSS_SESSIONS = ("paper_table4", "paper_text", "paper_332")
+GROWN_ACROSS_SESSIONS = ("paper_table4", "paper_text", "paper_332", "paper_rope")
 
 # The ``structattn run`` flags this study's runs take (``cli.FLAG_FIELDS``: a field of its
 # config each reads; seed_batching: its runs stack by seed), so the command line refuses
