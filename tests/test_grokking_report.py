@@ -66,7 +66,7 @@ def test_grokking_table_counts_seeds_and_spikes():
     assert row["ledger: gap to 100% [95%]"].endswith(f"({ledger['seeds']} seeds)")
     stalled = [record(s, acc[:3] + [0.99] * 4, [1.0] * 7, spikes[s]) for s in range(3)]
     row = report.grokking_table(stalled).iloc[0]
-    assert row["reached 100%"] == 0 and row["gap to 100% (KM median)"] == float("inf")
+    assert row["reached 100%"] == 0 and row["gap to 100% (KM median)"] == report.NOT_REACHED
     assert row["reached 99%"] == 3 and row.verdict == ledger["verdict"]
     other = [RunRecord("csp", r.key, {**r.config, "preset": "code_switches"}, r.history)
              for r in runs]  # fmt: skip

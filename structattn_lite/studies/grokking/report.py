@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
@@ -239,6 +241,9 @@ def grokking_browser(sources: dict[str, list[RunRecord]]) -> widgets.Widget:
     return browser(sources, choices, show)
 
 
+NOT_REACHED = "not reached by half the seeds"  # a Kaplan-Meier median that does not exist
+
+
 def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
     """Per task and preset: seeds reaching 99% and 100% (of those that jumped to 90%), the
     Kaplan-Meier median gaps that count the seeds that never got there, the paper's gap,
@@ -260,7 +265,8 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
         for level in ("99", "100"):
             censored, reached = censored_gaps(jumped, f"gap_{level}")
             row[f"reached {level}%"] = int(reached.sum())
-            row[f"gap to {level}% (KM median)"] = stats.km_median(censored, reached)
+            median = stats.km_median(censored, reached)  # inf: fewer than half got there
+            row[f"gap to {level}% (KM median)"] = median if math.isfinite(median) else NOT_REACHED
         row["gap, paper"] = f"{paper[0]} ± {paper[1]} ({PAPER_SEEDS} seeds)" if paper else "-"
         at = int((jumped["spike_offset"].abs() <= SPIKE_WINDOW).sum())
         row["spike at jump"] = f"{at} of {len(jumped)}"
