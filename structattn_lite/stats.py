@@ -262,6 +262,12 @@ def equivalence(
     return UNDECIDED, f"interval ±{(high - low) / 2:.{digits}f} crosses the margin's edge{note}"
 
 
+def majority_seeds(k: int, n: int) -> float:
+    """About how many seeds would decide "most seeds show it" if the share k / n holds."""
+    low, high = share_interval(k, n)
+    return seeds_to_decide(k / n, low, high, n, (0.5,))
+
+
 def majority(k: int, n: int, what: str) -> tuple[str, str]:
     """(verdict, reason) for "most seeds show ``what``": k of n seeds do."""
     if n == 0:
@@ -272,7 +278,7 @@ def majority(k: int, n: int, what: str) -> tuple[str, str]:
         return REPRODUCED, reason
     if high < 0.5:
         return NOT_REPRODUCED, reason
-    need = seeds_to_decide(k / n, low, high, n, (0.5,))
+    need = majority_seeds(k, n)
     more = (f"about {need:.0f} seeds would decide it if the share holds" if need <= 1000
             else "no seed count would decide it at this share")  # fmt: skip
     return UNDECIDED, f"{reason}; {more}"
@@ -453,14 +459,15 @@ UNTUNED = "rates chosen"  # how a reason the tuning rule decided begins its last
 
 
 def untuned(
-    result: tuple[tuple[float, float, float], str, str], how: str
+    result: tuple[tuple[float, float, float], str, str], how: str, cost: str = ""
 ) -> tuple[tuple[float, float, float], str, str]:
     """The tuning rule: ``result`` (from ``difference`` or ``interaction_difference``) of
     a comparison whose rates were not chosen at its own budget is undecided, its interval
-    kept; ``how`` says how the rates were chosen."""
+    kept; ``how`` says how the rates were chosen, ``cost`` (a clause) what tuning them
+    at this budget would cost."""
     numbers, _, reason = result
     return (
         numbers,
         UNDECIDED,
-        f"{reason}; {UNTUNED} {how}; rates tuned at this budget would decide it",
+        f"{reason}; {UNTUNED} {how}; rates tuned at this budget would decide it{cost}",
     )

@@ -253,3 +253,22 @@ def test_gap_rows_read_their_fresh_seeds_once_all_are_in(tmp_path, monkeypatch, 
     if complete:  # 20 seeds, the committed 10 twice over: the counts double
         assert table.loc["csp/grad_profile/mod3", "seeds"] == 20
         assert table.loc["gap/paper/dyck1", "grid"] == "gap"  # its rule names no fresh seeds
+
+
+# how an undecided row may say what would decide it: priced at the committed runs' pace
+# (or saying its grid keeps no timing), or naming why no seed count would
+_DECIDED_BY = ("CPU-hours", "unpriced: the committed files", "no seed count would decide",
+               "no run can decide", "only a protocol whose runs", "runs are not trained yet",
+               "asks it of the full model", "its fresh grid trains",
+               "the claim is decided at their protocol")  # fmt: skip
+
+
+def test_every_undecided_row_says_what_would_decide_it_and_its_cost():
+    ledger = claims.committed()
+    undecided = ledger[ledger["verdict"] == "undecided"]
+    silent = [r["id"] for _, r in undecided.iterrows()
+              if not any(words in r["reason"] for words in _DECIDED_BY)]  # fmt: skip
+    assert not silent, f"undecided rows that do not say what would decide them: {silent}"
+    # a row whose side has too few values says how many seeds would give it enough, priced
+    order = ledger.set_index("id").loc["csp/gap_order", "reason"]
+    assert "fewer than 3" not in order or "would give 3, about" in order

@@ -47,6 +47,7 @@ def _attention_row(
     protocol: str,
     test: str,
     untuned: str | None = None,
+    untuned_cost: str = "",
     **fields,
 ) -> dict:
     """A comparison's row, decided by ``test`` (the rules table's name for ``result``'s
@@ -55,7 +56,7 @@ def _attention_row(
     if callable(result):  # decided with the row's smallest effect of interest
         result = result(rule_of(ident).delta)
     (diff, low, high), verdict, reason = (
-        result if untuned is None else stats.untuned(result, untuned)
+        result if untuned is None else stats.untuned(result, untuned, untuned_cost)
     )
     return row(values, test=test, id=ident, study="attention", claim=words, source="the attention card",
                 ours=diff, low=low, high=high, verdict=verdict, reason=reason,
@@ -181,11 +182,28 @@ def long_budget() -> list[dict]:
     runs = read("attention_long_runs.csv")
     if runs is None:
         return []
+    from structattn_lite.studies.attention.grids import GRIDS
+
     finals = runs[~runs["tuning"].astype(bool) & (runs["part"] == "main")].sort_values("seed")
+    tuning = GRIDS["committed"]  # how the rates it reads were tuned, there at 1,000 steps
+
+    def cost(ident):
+        """What tuning this row's two variants at 8,000 steps would cost: every rate of the
+        committed sweep on its tuning seeds, at the pace of these finals."""
+        pair = finals[finals["variant"].isin(("dense", "matroidal m=2d") if ident.endswith(
+            "/shared") else ("dense (sep q/k)", "matroidal m=2d (sep q/k)"))]  # fmt: skip
+        n = 2 * len(tuning["lrs"]) * len(tuning["tune_seeds"])
+        hours = n * float(pair["cpu_seconds"].median()) / 3600
+        return {
+            "untuned_cost": f" (about {n} tuning runs, {hours:.0f} CPU-hours at these "
+            "runs' pace, more where a best rate sits at the sweep's edge)"
+        }
+
     return _not_worse_than_dense(
         "attention/long/not_worse", "after 8,000 steps, ", "validation",
         lambda variant, _: finals.loc[finals["variant"] == variant, "val_bpc"].tolist(),
-        protocol=long_protocol(runs), untuned=_untuned(runs), grid="long (attention)", notebook="02, at a longer budget",
+        fields_of=cost, protocol=long_protocol(runs), untuned=_untuned(runs),
+        grid="long (attention)", notebook="02, at a longer budget",
         command="structattn run attention --grid long")  # fmt: skip
 
 

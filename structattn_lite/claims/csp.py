@@ -13,6 +13,7 @@ from structattn_lite.claims.rows import (
     PAPER_TEXT,
     diverged_seeds,
     fresh_reader,
+    priced,
     published_row,
     read,
     row,
@@ -128,6 +129,19 @@ ABLATION_CLAIMS = {  # key -> (the paper's words, tasks, cell A, cell B)
 # (variant, rotation label)
 OWN_GRID_CELLS = {"paper_332": (("-skip", "with"), ("+stepsilu", "with")),
                   "paper_rope": (("+norm", "pairwise"),)}  # fmt: skip
+
+
+def _to_reach(task: str, reached: int, seeds: int, grid: str) -> str:
+    """What would give a side of ``task`` with too few values (``reached`` of its ``seeds``
+    reach the level measured) its ``stats.MIN_SEEDS``, at the share that reach it now."""
+    if not reached:
+        return (f"; no {display_name(task)} seed of {seeds} reaches it here, so no seed count "
+                "would decide it at this share")  # fmt: skip
+    need = math.ceil(stats.MIN_SEEDS * seeds / reached)
+    return (
+        f"; {reached} of {seeds} {display_name(task)} seeds reach it, so about {need} "
+        f"would give {stats.MIN_SEEDS}{priced(need - seeds, grid, task=task, preset='paper')}"
+    )
 
 
 def _side(values: list[float], diverged: int) -> str:
@@ -288,6 +302,11 @@ def grokking() -> list[dict]:
                 verdict, reason = stats.majority(at, len(phased), f"spike within ±{SPIKE_WINDOW} "
                                                  "epochs of the 90% jump")  # fmt: skip
                 reason += f" (of the {len(phased)} of {len(seeds)} seeds at chance before it)"
+                need = stats.majority_seeds(at, len(phased))
+                if verdict == stats.UNDECIDED and need <= 1000:  # seeds at chance are a share
+                    more = (need - len(phased)) * len(seeds) / len(phased)
+                    reason += f"; that is about {more:.0f} more seeds in all" + priced(
+                        more, where["grid"], task=task, preset=preset)  # fmt: skip
             share = stats.share_interval(at, len(phased)) if len(phased) else (math.nan,) * 2
             rows.append(row(
                 {"spike minus jump (epochs)": phased["spike_offset"].tolist()},
@@ -350,6 +369,10 @@ def curves() -> list[dict]:
         a, b = of(frame, first, column), of(frame, second, column)
         (diff, low, high), verdict, reason = stats.difference(
             a, b, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
+        for task, values in ((first, a), (second, b)):
+            if verdict == stats.UNDECIDED and len(values) < stats.MIN_SEEDS:
+                reason += _to_reach(task, len(values), int((frame["task"] == task).sum()),
+                                    where["grid"])  # fmt: skip
         return row(
             {display_name(first): a, display_name(second): b}, test="superiority", id=ident,
             claim=f"{words}, {display_name('paper')}", source=source, ours=diff, low=low,

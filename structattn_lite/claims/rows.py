@@ -104,6 +104,7 @@ _TIMED = {
     "paper_332 (+ paper_text)": ("csp_ablations_paper_332.csv", "seconds"),
     "paper_rope (+ paper_text)": ("csp_ablations_paper_rope.csv", "seconds"),
     "gap": ("csp_grokking_gap.csv.gz", "extra"),
+    "fresh_gap": ("csp_grokking_fresh_gap.csv.gz", "extra"),
 }  # fmt: skip
 
 
@@ -141,6 +142,16 @@ def seed_seconds(grid: str, **cell) -> float:
     return float(runs["_seconds"].astype(float).median()) if len(runs) else math.nan
 
 
+def priced(seeds: float, grid: str, **cell) -> str:
+    """What ``seeds`` more seeds of ``grid`` cost at its committed runs' pace
+    (``seed_seconds``), as a clause to append to a reason; where the grid's files keep no
+    timing, it says so."""
+    each = seed_seconds(grid, **cell)
+    if math.isnan(each):
+        return f", unpriced: the committed files of {grid} keep no timing"
+    return f", about {max(seeds, 0) * each / 3600:.1f} CPU-hours more at the committed runs' pace"
+
+
 def _to_decide(
     rule, fields: dict, arms: int = 1, cell: dict | None = None, fresh: int | None = None
 ) -> str:
@@ -163,12 +174,9 @@ def _to_decide(
     if fresh is not None:
         return (f"; about {need:.0f} seeds (per arm, where two are compared) would decide it if "
                 f"the spread holds, and its fresh grid trains {fresh} seeds")  # fmt: skip
-    cost = max(need - n, 0) * arms * seed_seconds(str(fields.get("grid")), **(cell or {})) / 3600
-    priced = (
-        "" if math.isnan(cost) else f", about {cost:.1f} CPU-hours more at the committed runs' pace"
-    )
+    cost = priced((need - n) * arms, str(fields.get("grid")), **(cell or {}))
     return (f"; about {need:.0f} seeds (per arm, where two are compared) would decide it if the "
-            f"spread holds{priced}")  # fmt: skip
+            f"spread holds{cost}")  # fmt: skip
 
 
 def published_row(values: pd.Series, diverged: int, published: float, *,
