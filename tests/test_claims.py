@@ -156,8 +156,10 @@ def test_a_run_in_both_grokking_grids_counts_once(monkeypatch):
 
     checked = 0
     for (task, preset), keys in expected.items():
-        if rule(f"gap/{preset}/{task}").fresh is None:  # a row on fresh seeds reads those alone
-            assert rows[f"gap/{preset}/{task}"]["seeds"] == len(keys)
+        got = rows[f"gap/{preset}/{task}"]
+        # a row on fresh seeds reads those alone once they are all in; until then, these
+        if rule(got["id"]).fresh is None or "exploratory until the fresh seeds" in got["reason"]:
+            assert got["seeds"] == len(keys)
             checked += 1
     assert checked >= 3  # the authors' model on every task
 

@@ -303,7 +303,10 @@ def grokking() -> list[dict]:
                                                  "epochs of the 90% jump")  # fmt: skip
                 reason += f" (of the {len(phased)} of {len(seeds)} seeds at chance before it)"
                 need = stats.majority_seeds(at, len(phased))
-                if verdict == stats.UNDECIDED and need <= 1000:  # seeds at chance are a share
+                planned = rule_of(f"spike/{preset}/{task}").fresh
+                if verdict == stats.UNDECIDED and planned and not where.get("fresh_read"):
+                    reason += f"; its fresh grid trains {len(planned[2])} seeds"
+                elif verdict == stats.UNDECIDED and need <= 1000:  # at chance: a share of them
                     more = (need - len(phased)) * len(seeds) / len(phased)
                     reason += f"; that is about {more:.0f} more seeds in all" + priced(
                         more, where["grid"], task=task, preset=preset)  # fmt: skip

@@ -105,6 +105,7 @@ _TIMED = {
     "paper_rope (+ paper_text)": ("csp_ablations_paper_rope.csv", "seconds"),
     "gap": ("csp_grokking_gap.csv.gz", "extra"),
     "fresh_gap": ("csp_grokking_fresh_gap.csv.gz", "extra"),
+    "fresh_authors": ("csp_grokking_fresh_authors.csv.gz", "extra"),
 }  # fmt: skip
 
 

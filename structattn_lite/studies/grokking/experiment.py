@@ -62,7 +62,7 @@ grid_runs = grid  # for export, whose parameter ``grid`` (a name) shadows the fu
 # holds and keeps the others (gap_seeds' parity seeds came a session after its mod-3 ones;
 # gap's seeds 5-9 came after its first five; fresh_gap trains five seeds a task at a time:
 # `structattn run grokking --grid fresh_gap --task parity --seed 15 16 17 18 19 --seed-batching`).
-GROWN_ACROSS_SESSIONS = ("gap", "gap_seeds", "fresh_gap")
+GROWN_ACROSS_SESSIONS = ("gap", "gap_seeds", "fresh_gap", "fresh_authors")
 
 
 def export(records: list[RunRecord], grid: str = "gap") -> list[Path]:

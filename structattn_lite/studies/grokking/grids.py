@@ -92,6 +92,20 @@ GRIDS: dict[str, dict[str, Any]] = {
         "presets": ("paper",),
         "hold_perfect": 10,
     },
+    # fresh_authors: fresh seeds (25-84) of the authors' model (3bb9f71) on parity and
+    # mod-3, in the gap grid's setting, for its gap and spike rows, whose rules came after
+    # seeds 0-24 were read: they are decided on these seeds alone once all are in. Sixty
+    # per task: the spike rows' power estimate asks about 35 and 53 seeds at chance before
+    # the jump. Its protocol trains them in stacks of ten (25-34, 35-44, ...) per task.
+    "fresh_authors": {
+        "tasks": ("parity", "mod3"),
+        "seeds": tuple(range(25, 85)),
+        "stack": 10,
+        "epochs": 300,
+        "n": None,
+        "presets": ("authors_3bb9f71",),
+        "hold_perfect": 10,
+    },
 }
 
 
@@ -105,6 +119,7 @@ COMMITTED_CSV = {
     "gap": "csp_grokking_gap.csv.gz",
     "gap_seeds": "csp_grokking_gap_more_seeds.csv.gz",
     "fresh_gap": "csp_grokking_fresh_gap.csv.gz",
+    "fresh_authors": "csp_grokking_fresh_authors.csv.gz",
 }
 
 # The ``structattn run`` flags this study's runs take (``cli.FLAG_FIELDS``: a field of its
