@@ -281,7 +281,10 @@ def save_table(
     return [html, *paths]
 
 
-def _cell_text(value, wrap: int = 16) -> str:
+WRAP, WRAP_SENTENCES = 16, 34  # characters per line in a table figure's cells
+
+
+def _cell_text(value, wrap: int = WRAP) -> str:
     """A parenthetical on its own line ("0.50 ± 0.04\n(3 seeds)"); long lines wrapped, never
     inside brackets ("[0, 1]" stays whole)."""
     text = f"{value:.3f}" if isinstance(value, float) else str(value)
@@ -297,13 +300,16 @@ def _cell_text(value, wrap: int = 16) -> str:
 def table_figure(
     display: pd.DataFrame, caption: str = "", columns: int = 2, fontsize: float = 7.0
 ) -> Figure:
-    """The table as a figure one or two columns wide, verdict cells coloured; the font
-    shrinks (to 4.5 pt at least) until the table fits the width and a page's height."""
+    """The table as a figure one or two columns wide, verdict cells coloured; a column of
+    sentences wraps wider than one of numbers, and the font shrinks (to 4.5 pt at least)
+    until the table fits the width and a page's height."""
     flat = display.reset_index()
     headers = [
         "\n".join(str(p) for p in c if p) if isinstance(c, tuple) else str(c) for c in flat.columns
     ]
-    text = [[_cell_text(v) for v in row] for row in flat.values]
+    longest = [flat[c].astype(str).str.len().max() if len(flat) else 0 for c in flat.columns]
+    wraps = [WRAP_SENTENCES if n > 3 * WRAP else WRAP for n in longest]
+    text = [[_cell_text(v, w) for v, w in zip(row, wraps, strict=True)] for row in flat.values]
     lines = [max(s.count("\n") + 1 for s in row) for row in [headers, *text]]
     width = figure_size(columns)[0]
 
