@@ -190,8 +190,11 @@ IN_SHORT = [
      ["attention/smoother/shared/layer0", "attention/smoother/shared/layer1",
       "attention/smoother/shared/metric"]),
     ("Matroidal attention",
-     "...while the whole model's variance, and not-worse at d_model 64 (5 seeds), stay "
-     "undecided.",
+     "...while the whole model's variance, and not-worse at d_model 64 (on the "
+     "{attention/low_parameters/d64/shared|seeds:.0f} fresh seeds its rule named: dense minus "
+     "matroidal {attention/low_parameters/d64/shared|ours:+.3f} bpc "
+     "[{attention/low_parameters/d64/shared|low:+.3f}, "
+     "{attention/low_parameters/d64/shared|high:+.3f}]), stay undecided.",
      ["attention/smoother/shared", "attention/low_parameters/d64/shared"]),
     ("Matroidal attention",
      "At d_model 32, on the 15 fresh seeds its rule named, it is not worse than dense on "
