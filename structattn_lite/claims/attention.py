@@ -79,15 +79,15 @@ def _interaction_row(ident, words, samples, names, where, **fields) -> dict:
 def _not_worse_than_dense(ident, where, split, bpc_of, fields_of=None, **fields) -> list[dict]:
     """Rows for "matroidal m=2d is equal to or better than dense with the same q/k sharing
     (within the bpc margin)", shared q/k then separate; ``bpc_of(variant, row id)`` gives
-    the per-seed bpc on ``split`` in seed order; ``fields_of(row id)``, fields of one row
-    (e.g. the fresh grid it is read on)."""
+    the per-seed bpc on ``split`` in seed order; ``fields_of(row id, (dense, matroidal))``,
+    fields of one row (e.g. the fresh grid it is read on, or its cost in those variants)."""
     rows = []
     for qk, suffix in (("shared", ""), ("sep", " (sep q/k)")):
         mat, dense = "matroidal m=2d" + suffix, "dense" + suffix
         key = f"{ident}/{qk}"
         a, b = bpc_of(dense, key), bpc_of(mat, key)
         bpc = rule_of(key).delta
-        own = {**fields, **(fields_of(key) if fields_of else {})}
+        own = {**fields, **(fields_of(key, (dense, mat)) if fields_of else {})}
         rows.append(_attention_row(
             key, f"{where}{name(mat)}: {split} bpc equal to or better than "
             f"{name(dense)} (within {bpc})", stats.difference(a, b, delta=bpc, claim="not_worse"),
@@ -146,7 +146,7 @@ def low_parameters() -> list[dict]:
         rows += _not_worse_than_dense(
             f"attention/low_parameters/d{d}", f"at d_model {d}, ", "test",
             lambda variant, ident, d=d: test_bpc(d, variant, ident),
-            fields_of=lambda ident, d=d: {**read_on(ident)[1], "cell": {"d_model": d}},
+            fields_of=lambda ident, _, d=d: {**read_on(ident)[1], "cell": {"d_model": d}},
             **fields)  # fmt: skip
     for base, suffix in (("dense", ""), ("dot", "/dot")):
         names = [(m, "d 32"), (base, "d 32"), (m, "d 64"), (base, "d 64")]
@@ -187,12 +187,11 @@ def long_budget() -> list[dict]:
     finals = runs[~runs["tuning"].astype(bool) & (runs["part"] == "main")].sort_values("seed")
     tuning = GRIDS["committed"]  # how the rates it reads were tuned, there at 1,000 steps
 
-    def cost(ident):
+    def cost(_, variants):
         """What tuning this row's two variants at 8,000 steps would cost: every rate of the
         committed sweep on its tuning seeds, at the pace of these finals."""
-        pair = finals[finals["variant"].isin(("dense", "matroidal m=2d") if ident.endswith(
-            "/shared") else ("dense (sep q/k)", "matroidal m=2d (sep q/k)"))]  # fmt: skip
-        n = 2 * len(tuning["lrs"]) * len(tuning["tune_seeds"])
+        pair = finals[finals["variant"].isin(variants)]
+        n = len(variants) * len(tuning["lrs"]) * len(tuning["tune_seeds"])
         hours = n * float(pair["cpu_seconds"].median()) / 3600
         return {
             "untuned_cost": f" (about {n} tuning runs, {hours:.0f} CPU-hours at these "

@@ -182,7 +182,7 @@ def ablation_claims() -> list[dict]:
                 cells[f"{a}/{task}"],
                 cells[f"{b}/{task}"],
             )
-            grid = b.split("/")[0] if b.split("/")[0] in OWN_GRID_CELLS else "paper_table4"
+            grid = next((g for g in OWN_GRID_CELLS if b.startswith(f"{g}/")), "paper_table4")
             (diff, low, high), verdict, reason = stats.difference(
                 va, vb, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
             if not vb and not db:
@@ -302,14 +302,15 @@ def grokking() -> list[dict]:
                 verdict, reason = stats.majority(at, len(phased), f"spike within ±{SPIKE_WINDOW} "
                                                  "epochs of the 90% jump")  # fmt: skip
                 reason += f" (of the {len(phased)} of {len(seeds)} seeds at chance before it)"
-                need = stats.majority_seeds(at, len(phased))
                 planned = rule_of(f"spike/{preset}/{task}").fresh
                 if verdict == stats.UNDECIDED and planned and not where.get("fresh_read"):
                     reason += f"; its fresh grid trains {len(planned[2])} seeds"
-                elif verdict == stats.UNDECIDED and need <= 1000:  # at chance: a share of them
-                    more = (need - len(phased)) * len(seeds) / len(phased)
-                    reason += f"; that is about {more:.0f} more seeds in all" + priced(
-                        more, where["grid"], task=task, preset=preset)  # fmt: skip
+                elif verdict == stats.UNDECIDED:
+                    need = stats.majority_seeds(at, len(phased))
+                    if need <= 1000:  # only seeds at chance first count: a share of them
+                        more = (need - len(phased)) * len(seeds) / len(phased)
+                        reason += f"; that is about {more:.0f} more seeds in all" + priced(
+                            more, where["grid"], task=task, preset=preset)  # fmt: skip
             share = stats.share_interval(at, len(phased)) if len(phased) else (math.nan,) * 2
             rows.append(row(
                 {"spike minus jump (epochs)": phased["spike_offset"].tolist()},
