@@ -109,10 +109,15 @@ _TIMED = {
 }  # fmt: skip
 
 
-@functools.cache
 def _timed_runs(grid: str) -> pd.DataFrame | None:
     """One row per committed run of ``grid``: its CPU seconds (a stacked run's share of its
-    stack) beside its config fields; None where the grid's files keep no timing."""
+    stack) beside its config fields; None where the grid's files keep no timing. Read once
+    per results folder (``STRUCTATTN_RESULTS`` may name another)."""
+    return _timed_runs_in(str(results_dir()), grid)
+
+
+@functools.cache
+def _timed_runs_in(_folder: str, grid: str) -> pd.DataFrame | None:
     if grid not in _TIMED:
         return None
     name, column = _TIMED[grid]
