@@ -28,7 +28,7 @@ class Entry:
     """One registered key: its display ``name``; a model's ``color``, ``marker`` and dash
     ``ls``; a task's column ``title``, ``metric`` (the record column it is scored on),
     ``metric_name`` and ``chance`` level (the majority class of the whole string); a
-    loss's ``gloss`` (what it is)."""
+    loss's or an accuracy's ``gloss`` (what it is)."""
 
     name: str
     color: str | None = None
@@ -131,9 +131,14 @@ _WORDS = {
     "m=2d": Entry("m=2d"),
     "m=4d": Entry("m=4d"),
     # the length study's three accuracies at a length L
-    "seq_acc": Entry("whole string"),
-    "unseen_acc": Entry("beyond the training length"),
-    "all_acc": Entry("all positions"),
+    "seq_acc": Entry("whole string", gloss="whole string (label at position L)"),
+    "unseen_acc": Entry("beyond the training length",
+                        gloss="positions beyond the training length"),
+    "all_acc": Entry("all positions",
+                     gloss="all L positions (the authors' README metric, we believe)"),
+    # the attention study's validation curves
+    "val_bpc": Entry("validation bits per character"),
+    "val_loss": Entry("validation loss (nats)"),
 }  # fmt: skip
 
 # The ablation grids a caption names (`structattn run ablations --grid <key>`); apart from
@@ -286,9 +291,10 @@ def chance(task: str) -> float:
     return _field(task, "chance", "task of the paper's tables")
 
 
-def gloss(loss: str) -> str:
-    """What a loss is, in words (its focal alpha made explicit)."""
-    return _field(loss, "gloss", "loss")
+def gloss(key: str) -> str:
+    """What a loss or a length-study accuracy is, in words (a focal loss's alpha made
+    explicit; which positions an accuracy scores)."""
+    return _field(key, "gloss", "loss or accuracy")
 
 
 def source_group(prefix: str, source: str) -> str:

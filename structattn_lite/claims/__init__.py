@@ -15,9 +15,10 @@ import pandas as pd
 
 from structattn_lite import files, stats
 from structattn_lite.claims import attention, csp, length, theory
+from structattn_lite.claims.csp import gap_verdict
 from structattn_lite.claims.rows import COLUMNS
 from structattn_lite.config import results_dir
-from structattn_lite.studies.grokking.report import gap_verdict, seed_gaps
+from structattn_lite.studies.grokking.report import seed_gaps
 
 CLAIMS_CSV = "claims.csv"
 # --- the table --------------------------------------------------------------------------

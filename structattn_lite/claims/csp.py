@@ -27,7 +27,7 @@ from structattn_lite.studies.grokking.report import (
     GAP_METRIC,
     PLATEAU_ABOVE_CHANCE,
     SPIKE_WINDOW,
-    gap_verdict,
+    censored_gaps,
     seed_gaps,
     spike_epoch,
 )
@@ -213,14 +213,27 @@ ON_THE_FULL_MODEL = {"skip": "skip_in_full", "silu_per_step": "step_silu_in_full
 
 
 # --- the CSP paper: grokking gap and gradient-norm spike ----------------------------------
-# What a seed's gap is and when a task's gap reproduces the paper's are the grokking
-# study's (``seed_gaps``, ``gap_verdict``), which its notebook's table shows beside the
-# ledger's rows.
+# What a seed's gap is, is the grokking study's (``seed_gaps``, the one definition); when a
+# task's gap reproduces the paper's is decided here (``gap_verdict``), and its notebook's
+# table reads that row by id.
 
 
 GAP_PRESETS = ("paper", "authors_3bb9f71")  # the models whose grokking the ledger tests
 GAP_COMMAND = "structattn run grokking --grid gap --seed-batching"  # the epoch-by-epoch runs
 MORE_SEEDS_COMMAND = "structattn run grokking --grid gap_seeds --seed-batching"
+
+
+def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
+    """(ours, low, high, verdict, reason) of one task's gap at one threshold, by the gap
+    rule (``stats.gap``): ``seeds`` is one row per seed (``seed_gaps``); a seed that never
+    jumped counts as one that never reached the threshold."""
+    jumped = seeds[seeds["jump"].notna()]
+    times, reached = censored_gaps(jumped, column)
+    never = len(seeds) - len(jumped)  # censored at 0: out of the risk set from the start
+    times = pd.concat([times, pd.Series([0.0] * never)], ignore_index=True)
+    reached = pd.concat([reached, pd.Series([False] * never)], ignore_index=True)
+    level = column.split("_")[1]
+    return stats.gap(times, reached, int(seeds["plateau"].sum()), paper, level)
 
 
 def _complete(grid: str, seeds) -> list | None:

@@ -1,4 +1,5 @@
-"""Accuracy, F1, the grokking gap, and accuracy at lengths never seen in training."""
+"""Accuracy, F1 and accuracy at lengths never seen in training, of predictions on a split
+(the grokking gap read from these per epoch is ``studies.grokking.report.grokking_gap``)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from structattn_lite.names import display_name
 from structattn_lite.records import RunRecord
 from structattn_lite.report import figure_size, model_style
 from structattn_lite.studies.attention.grids import MAIN_VARIANTS
@@ -53,7 +54,6 @@ def plot_learning_curves(
     """One panel per variant (every seed thin, the mean over seeds bold), and a last panel
     with each variant's mean minus dot product's at the same step, so no curve hides
     another. ``floors`` (name -> bpc) draws the n-gram floors as dotted lines."""
-    what = {"val_bpc": "validation bits per character", "val_loss": "validation loss (nats)"}
     frame = _history_frame(records, metric)
     if frame.empty:
         return _message("no finished runs")
@@ -80,7 +80,7 @@ def plot_learning_curves(
             ax.axhline(value, color="grey", ls=":", lw=0.8)
             ax.text(ax.get_xlim()[0], value, f" {name}", fontsize=6, va="bottom", color="grey")
         if k % cols == 0:  # the scale is shared: label it once per row
-            ax.set_ylabel(what.get(metric, metric))
+            ax.set_ylabel(display_name(metric))
         else:
             ax.tick_params(labelleft=False)
     diff_ax = axes[len(variants)]

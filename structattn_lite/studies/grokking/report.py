@@ -62,19 +62,6 @@ def censored_gaps(jumped: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Seri
     return jumped[column].where(reached, jumped["last"] - jumped["jump"]).astype(float), reached
 
 
-def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
-    """(ours, low, high, verdict, reason) of one task's gap at one threshold, by the gap
-    rule (``stats.gap``): ``seeds`` is one row per seed (``seed_gaps``); a seed that never
-    jumped counts as one that never reached the threshold."""
-    jumped = seeds[seeds["jump"].notna()]
-    times, reached = censored_gaps(jumped, column)
-    never = len(seeds) - len(jumped)  # censored at 0: out of the risk set from the start
-    times = pd.concat([times, pd.Series([0.0] * never)], ignore_index=True)
-    reached = pd.concat([reached, pd.Series([False] * never)], ignore_index=True)
-    level = column.split("_")[1]
-    return stats.gap(times, reached, int(seeds["plateau"].sum()), paper, level)
-
-
 def preset_of(record: RunRecord) -> str:
     """A run's CSP preset, or its model where it has none (a baseline)."""
     return record.config["preset"] or record.config["model"]

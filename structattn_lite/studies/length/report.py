@@ -15,7 +15,7 @@ from matplotlib.lines import Line2D
 
 from structattn_lite import stats
 from structattn_lite.config import missing_committed, results_dir
-from structattn_lite.names import PAPER_TASKS, display_name
+from structattn_lite.names import PAPER_TASKS, display_name, gloss
 from structattn_lite.report import (
     BAND,
     browser,
@@ -33,11 +33,7 @@ from structattn_lite.studies.length.grids import (
 )
 from structattn_lite.studies.length.results import COMMITTED_CSV, at_chosen_rates, chosen_rates
 
-METRICS = {
-    "seq_acc": "whole string (label at position L)",
-    "unseen_acc": "positions beyond the training length",
-    "all_acc": "all L positions (the authors' README metric, we believe)",
-}
+METRICS = ("seq_acc", "unseen_acc", "all_acc")  # their words: names.py (``gloss``)
 
 # Our closest counterpart of each authors' model (exact for csp_authors; the rest are our
 # own implementations of the same kind of model).
@@ -167,7 +163,7 @@ def _in_order(tasks: pd.Series) -> list[str]:
 
 def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
     """Accuracy vs evaluation length: one panel per (protocol, task), one line per model
-    in its ``report.MODEL_STYLE`` colour, dash and marker (so lines that coincide stay
+    in its colour, dash and marker (``names.style``) (so lines that coincide stay
     visible), with its 95% band over seeds (``report.seed_band``); the legend sits below the
     panels."""
     tasks = _in_order(curves["task"])
@@ -188,9 +184,7 @@ def plot_curves(curves: pd.DataFrame, metric: str = "seq_acc", models=None):
             length_panel(ax, sub, metric, models=models, trained_to=16 if proto == "fixed" else 40)
             ax.set_title(f"{display_name(task)}, {proto} protocol")
             if j == 0:
-                ax.set_ylabel(
-                    "accuracy: " + METRICS[metric].split(" (")[0].replace("positions ", "")
-                )
+                ax.set_ylabel(f"accuracy: {display_name(metric)}")
     fig.legend(handles=model_handles(models), loc="outside lower center", ncols=min(len(models), 4),
                title=BAND, title_fontsize=7)  # fmt: skip
     return fig
@@ -218,7 +212,7 @@ def length_browser(sources: dict[str, pd.DataFrame], metric: str = "seq_acc"):
             xscale="log",
             xlabel="evaluation length L (symbols)",
             ylim=(-0.02, 1.02),
-            ylabel=METRICS[metric],
+            ylabel=gloss(metric),
         )
         ax.set_title(f"{display_name(model)} on {display_name(task)} ({protocol})", fontsize=9)
         ax.legend(fontsize=7)
