@@ -49,8 +49,8 @@ SEED_MAX = 2**32 - 1  # numpy's and every generator's seed range; torch's is wid
 
 
 def check_seed(param: str, value: Any) -> int:
-    """A seed: an integer from 0 to ``SEED_MAX`` (a larger one failed only when training
-    seeded its generators, without naming the seed)."""
+    """A seed: an integer from 0 to ``SEED_MAX`` (a larger one would fail only when
+    training seeds its generators, without naming the seed)."""
     check_int(param, value, minimum=0)
     if value > SEED_MAX:
         raise ValueError(f"{param} must be at most {SEED_MAX} (2**32 - 1), got {value}")
@@ -247,7 +247,7 @@ NOTEBOOK_DEVICES = ("auto", "cpu", "cuda", "cuda:N")  # what a notebook's DEVICE
 def check_parameters(profile: Any, device: Any = None) -> None:
     """A notebook's papermill parameters (``PROFILE``, and ``DEVICE`` where it trains),
     checked in the cell right after them: ``papermill -p DEVICE 5`` stops there with one
-    line naming the parameter and its allowed values, not at the first sweep a minute on."""
+    line naming the parameter and its allowed values, not a minute later in the first run."""
     check_choice("PROFILE", profile, PROFILES)
     if device is None:
         return

@@ -38,7 +38,7 @@ def torch_version() -> str:
 def stack_words(extra: dict[str, Any]) -> str | None:
     """What a record says about the stack it trained in, for an exported table: "seeds
     10-21" (the seeds of the stack, when the record holds them), "12 seeds" (only their
-    number, as records before the seed list was kept), or None (not stacked, or unknown)."""
+    number, where a record holds no seed list), or None (not stacked, or unknown)."""
     seeds = extra.get("stack")
     if seeds:
         seeds = sorted(seeds)
@@ -291,9 +291,9 @@ def keep_committed_rows(
 ) -> pd.DataFrame:
     """``frame`` with the rows already in the committed file ``path`` of every run it does
     not hold (a run is its ``run_id`` values), in grid ``order``: a run store does not
-    outlive its machine, so a grid finished (or partly retrained) over several sessions
-    keeps what earlier ones committed. ``only_order`` drops the committed rows of runs the
-    grid no longer asks for (seeds another grid took over)."""
+    outlive its machine, so a grid exported (or partly retrained) in parts keeps the rows
+    committed before. ``only_order`` drops the committed rows of runs outside ``order``
+    (seeds another grid holds)."""
     ids = lambda f: f[run_id].astype(str).agg("|".join, axis=1)  # noqa: E731
     rank = {"|".join(map(str, run)): i for i, run in enumerate(order)}
     if Path(path).exists():
@@ -346,8 +346,7 @@ def export_histories(
 
 def load_histories(path: str | os.PathLike) -> list[RunRecord]:
     """The records written by :func:`export_histories`, in their original order. A file
-    (or row) written before the ``device`` column was: the run trained on the CPU, where
-    every run did until then."""
+    (or row) with no ``device`` reads as a CPU run: every such run trained on the CPU."""
     table = pd.read_csv(path, keep_default_na=False, na_values=[""])
     meta = ["experiment", "key", "version", "device", "status", "reason", "config", "extra"]
     out = []

@@ -428,7 +428,7 @@ def grid(name: str, store=None) -> list[Config]:
     from structattn_lite.records import RunStore
 
     store = store or RunStore()
-    results.restore_committed(name, store)  # a grid whose files outlive a session
+    results.restore_committed(name, store)  # committed runs back into a new store
     return configs_from(name, lambda c: store.load(EXPERIMENT, c))
 
 
@@ -459,7 +459,7 @@ def settled_tuning(name: str, lookup) -> tuple[list[Config], list[RunRecord], se
 
 def export(records: list[RunRecord], grid: str = "committed") -> list[Path]:
     """The committed compact results (``results.write``): one CSV row per run (summary)
-    and the histories, keeping the rows of the runs an earlier session committed."""
+    and the histories, keeping the committed rows of the runs ``records`` do not hold."""
     cfgmod.check_choice("grid", grid, COMMITTED_CSV)
     order = [config_hash(EXPERIMENT, c) for c in tuning_grid(grid)]  # finals follow
     return results.write(records, grid, order)

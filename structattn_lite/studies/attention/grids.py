@@ -73,15 +73,14 @@ GRIDS: dict[str, dict[str, Any]] = {
         "evals": (64, 512), "prune_finetune_steps": 20,
         "digits_model": _DIGITS, "digits_recipe": {**_DIGITS_RECIPE, "max_steps": 200},
     },
-    # committed: the grid whose records ship in data/results, sized to what two cores
-    # finish over sessions. Final runs: 1,000 steps (about 4M characters, 0.8 of a pass
-    # over the text): all seven variants, low data (1% and 10% of the text) and bfloat16,
-    # each on 5 seeds. Rates are chosen as ``lowparam`` chooses them: on
-    # validation at the finals' own 1,000 steps over three tuning seeds, the sweep widened
-    # wherever its best rate is at an edge. Its first finals' rates came from 600 steps of
-    # one seed; that tuning's curves are kept in ``RETIRED_TUNING_CSV``. The
-    # rates start at 0.012: 0.006 lost to 0.012 and 0.024 on every text variant at 600
-    # steps, and widening adds it back to any variant whose best is 0.012.
+    # committed: the grid whose records ship in data/results, sized for two CPU cores.
+    # Final runs: 1,000 steps (about 4M characters, 0.8 of a pass over the text): all seven
+    # variants, low data (1% and 10% of the text) and bfloat16, each on 5 seeds. Rates are
+    # chosen as ``lowparam`` chooses them: on validation at the finals' own 1,000 steps over
+    # three tuning seeds, the sweep widened wherever its best rate is at an edge. The rates
+    # start at 0.012 (0.006 lost to 0.012 and 0.024 on every text variant in the 600-step,
+    # one-seed tuning of ``RETIRED_TUNING_CSV``); widening adds 0.006 to any variant whose
+    # best is 0.012.
     "committed": {
         "seeds": (0, 1, 2, 3, 4), "tune_seeds": (0, 1, 2), "lrs": (1.2e-2, 2.4e-2, 4.8e-2),
         "widen_edges": True, "main": MAIN_VARIANTS,
@@ -94,11 +93,10 @@ GRIDS: dict[str, dict[str, Any]] = {
     # long: the main contrasts at a budget where dot passes 1.75 validation bpc, about
     # 30 core-minutes a run here (8,000 steps, about 6.5 passes over the text). No
     # tuning of its own: each variant keeps the rate the committed grid chose for it on
-    # validation (``rates_from``). Committed twice: at the first sweep's choice (all three
-    # at 0.006, 3 seeds; ``LONG_FIRST_SWEEP_CSV``) and at the widened sweep's (as many seeds as
-    # one session's cores finished; the captions count them), so the two also say whether
-    # a rate chosen over 600 steps still serves at 8,000. Dense (shared and separate q/k)
-    # joined last, so "equal or better than dense" gets a long-budget answer.
+    # validation (``rates_from``). Its committed finals (seeds 0-2) ran at rates chosen over
+    # 600 steps of one seed: at 0.006 out of {0.003, 0.006} (dot and both matroidal m=2d;
+    # ``LONG_FIRST_SWEEP_CSV``) and out of 0.006-0.048 (all five, dense for "equal or better
+    # than dense"; its own files), so they also say whether such a rate serves at 8,000.
     "long": {
         "seeds": (0, 1, 2), "rates_from": "committed", "fractions": (), "bf16": (), "digits": (),
         "main": (("dot", None, True), ("matroidal", 2, False), ("matroidal", 2, True),
@@ -122,7 +120,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # seeds 0-4 at about 15 seeds): dense and matroidal m=2d (shared q/k), each under
     # float32 and under bfloat16 autocast, seeds 5-20 at the committed grid's rates. Their
     # float32 runs of seeds 5-16 are the fresh grid's (the same configs); no bfloat16
-    # shift was ever measured on these seeds.
+    # shift on these seeds is in any other grid.
     "fresh_bf16": {
         "seeds": tuple(range(5, 21)), "rates_from": "committed",
         "main": (CORE_VARIANTS[1], CORE_VARIANTS[2]), "bf16": (CORE_VARIANTS[1], CORE_VARIANTS[2]),
@@ -144,14 +142,14 @@ GRIDS: dict[str, dict[str, Any]] = {
     # lowparam: the card's low-parameter arm at d_model 32 and 64 on the full
     # text: warmup, then a cosine over at most 4,000 steps (about 3 passes over the text),
     # stopped early once validation has not improved for ``patience`` evaluations (1,000
-    # steps). A constant rate left 7 of 8 first runs at d 32 still improving at 6,000
-    # steps, so literal convergence is past what two cores finish in a session; the
-    # cosine ends each run annealed. Rates are chosen on validation at this same budget
-    # over the three ``tune_seeds``; a variant whose best rate is at the sweep's edge gets
-    # the next rate out (``widen_edges``) until it is not. ``sizes``: the heads each width
-    # allows, the smallest model first. ``fractions``: the low-data half at convergence, at
-    # the smallest size (1% and 10% of the text beside its full-text finals), stopped by
-    # the same patience, at the rate each variant chose on the full text.
+    # steps). At a constant rate 7 of 8 runs at d 32 still improved at 6,000 steps, so
+    # literal convergence is past two cores' budget; the cosine ends each run annealed.
+    # Rates are chosen on validation at this same budget over the three ``tune_seeds``; a
+    # variant whose best rate is at the sweep's edge gets the next rate out (``widen_edges``)
+    # until it is not. ``sizes``: the heads each width allows, the smallest model first.
+    # ``fractions``: the low-data half at convergence, at the smallest size (1% and 10% of
+    # the text beside its full-text finals), stopped by the same patience, at the rate each
+    # variant chose on the full text.
     "lowparam": {
         "seeds": (0, 1, 2, 3, 4), "tune_seeds": (0, 1, 2), "lrs": (3e-3, 6e-3, 1.2e-2),
         "widen_edges": True, "main": LOWPARAM_VARIANTS,
@@ -162,9 +160,8 @@ GRIDS: dict[str, dict[str, Any]] = {
         "evals": (256, 2000), "prune_finetune_steps": 0, "prune_fractions": (),
     },
     # paper: a GPU or a Ray cluster; long enough for the dot model to pass 1.45 bpc. Rates
-    # are chosen as ``lowparam`` chooses them (what the CPU grids above could not afford
-    # at 1,000 and 8,000 steps): on validation at the finals' own budget over three seeds,
-    # the sweep widened wherever its best rate is at an edge.
+    # are chosen as ``lowparam`` chooses them: on validation at the finals' own budget over
+    # three seeds, the sweep widened wherever its best rate is at an edge.
     "paper": {
         "seeds": (0, 1, 2, 3, 4), "tune_seeds": (0, 1, 2), "lrs": (1e-3, 2e-3, 4e-3),
         "widen_edges": True, "main": MAIN_VARIANTS,
@@ -193,12 +190,11 @@ COMMITTED_CSV = {
         "attention_fresh_lowparam64_histories.csv.gz",
     ),
 }
-# The committed grids are final. Of their earlier learning-rate sweeps, data/results keeps
-# what a committed figure draws: the committed grid's first-sweep runs (every final at
-# 0.006; the fraction sweep at each variant's better rate), its 600-step one-seed tuning
-# curves that the retuning at 1,000 steps over 3 seeds replaced (the rate sweeps), and the
-# long grid's curves at the first sweep's rates. How each variant came to its rate, sweep
-# by sweep, is the table ``RATE_HISTORY_CSV`` (``report.rate_history``).
+# The committed grids are final. Runs of theirs that the current rate choice does not use,
+# kept for committed figures: the committed grid's finals at 0.006 (``FIRST_SWEEP_CSV``; the
+# fraction sweep reads each variant at its better rate), its 600-step one-seed tuning curves
+# (``RETIRED_TUNING_CSV``; the rate sweeps) and the long grid's curves at 0.006. Each
+# variant's rate, sweep by sweep, is the table ``RATE_HISTORY_CSV`` (``report.rate_history``).
 FIRST_SWEEP_CSV = "attention_runs_first_sweep.csv"
 RETIRED_TUNING_CSV = "attention_histories_retired.csv.gz"
 LONG_FIRST_SWEEP_CSV = "attention_long_histories_first_sweep.csv.gz"

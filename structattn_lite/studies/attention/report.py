@@ -184,9 +184,9 @@ def tuning_table(summary: pd.DataFrame, sweep=None) -> pd.DataFrame:
 
 
 def rate_drift(summary: pd.DataFrame, source: pd.DataFrame | None) -> pd.DataFrame:
-    """The variants of a grid that keeps another grid's rates (``rates_from``) trained at a
-    rate that grid no longer chooses: the rate each ran at and the rate of ``source``'s
-    main-comparison finals now. Empty when they agree: rerunning trains at the new ones."""
+    """The variants of a grid that keeps another grid's rates (``rates_from``) whose finals
+    ran at a rate other than that of ``source``'s main-comparison finals: the rate each ran
+    at and ``source``'s. Empty when they agree; a rerun trains at ``source``'s rates."""
     columns = ["variant", "ran at", "chosen now"]
     if source is None:
         return pd.DataFrame(columns=columns)
@@ -197,8 +197,8 @@ def rate_drift(summary: pd.DataFrame, source: pd.DataFrame | None) -> pd.DataFra
 
 
 def load_first_sweep() -> pd.DataFrame:
-    """The committed grid's first sweep ({0.003, 0.006}, every variant at 0.006), kept when
-    the sweep was widened: its final runs are the full-budget numbers at that rate."""
+    """The committed grid's first-sweep runs (``FIRST_SWEEP_CSV``): every variant's finals
+    at 0.006, the full-budget numbers at that rate."""
     from structattn_lite.config import results_dir
 
     return pd.read_csv(results_dir() / FIRST_SWEEP_CSV)
@@ -223,7 +223,7 @@ def best_known(first: pd.DataFrame, current: pd.DataFrame, parts=("main",)) -> p
 
 def rate_history() -> pd.DataFrame:
     """The appendix: how the committed and long grids' main variants came to their rates,
-    sweep by sweep, oldest first (first sweep, the finals a retuning retired, committed):
+    one row per sweep, oldest first (``sweep``: "first sweep", "retired", "committed"):
     the rates each sweep's tuning tried, over how many steps and seeds, the rate its
     finals ran at, their validation bpc (mean, 95% t) and the change from the sweep before
     (later minus earlier, 95% Welch t; negative: the later rate is better). The grids are
@@ -271,7 +271,7 @@ def floors_for(summary: pd.DataFrame, dataset: str, floors: dict) -> dict | None
 def caption(summary: pd.DataFrame, grid: str) -> str:
     """The grid a table came from (``tables.grid_caption``), with the rates its variants
     chose among, in Markdown."""
-    spec = GRIDS[grid]  # without edge_lrs every rate tried (widening too) was in the choice
+    spec = GRIDS[grid]  # without edge_lrs every rate tried (widened ones too) is in the choice
     return f"*Grid:* {grid_caption(summary, spec['lrs'] if spec.get('edge_lrs') else None)}."
 
 

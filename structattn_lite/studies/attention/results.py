@@ -1,8 +1,8 @@
-"""What the attention study's grids ship in ``data/results`` and how a later session
-gets it back: a run store does not outlive its machine, so a grid trained over several
-sessions (``GROWN_ACROSS_SESSIONS``) keeps its committed rows when it exports, and a new
-store gets its committed runs back before anything trains (``restore_committed``), so none
-is trained twice.
+"""What the attention study's grids ship in ``data/results`` and how a new run store gets
+it back: a store does not outlive its machine, so a grid exported in parts
+(``GROWN_ACROSS_SESSIONS``) keeps its committed rows when it exports, and a new store gets
+its committed runs back before anything trains (``restore_committed``), so none is
+trained twice.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from structattn_lite.records import RunRecord, export_histories, keep_committed_
 from structattn_lite.studies.attention.grids import COMMITTED_CSV, FLOORS_CSV, GRIDS
 from structattn_lite.studies.attention.tables import load_committed_histories, summarize
 
-# Grids whose committed files grow over sessions: an export replaces the runs it holds
-# and keeps the others (the low-parameter arm is more than one session's cores).
+# Grids whose committed files grow as runs are exported: an export replaces the runs it
+# holds and keeps the others (the low-parameter arm is more than two cores finish at once).
 GROWN_ACROSS_SESSIONS = ("lowparam", "long", "fresh", "fresh_bf16")
 RESTORED = "restored_from"  # extra of a record rebuilt from a committed file
 
@@ -25,7 +25,7 @@ RESTORED = "restored_from"  # extra of a record rebuilt from a committed file
 def restore_committed(name: str, store) -> list[RunRecord]:
     """Save into ``store`` the committed grid's runs it lacks, rebuilt from the committed
     histories (config, status and learning curve; the per-step norms and measurements
-    stay in the committed summary), so a later session neither retrains them nor chooses
+    stay in the committed summary), so a new store neither retrains them nor chooses
     its rates without them. ``export`` leaves their committed rows as they are. A grid
     that keeps another's rates (``rates_from``) gets that grid's runs too: they are its
     tuning runs."""

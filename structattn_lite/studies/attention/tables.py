@@ -127,9 +127,9 @@ def load_earlier(name: str) -> list[RunRecord]:
 
 
 def load_tuning_histories() -> list[RunRecord]:
-    """Every tuning run of the committed grid: the 600-step tuning its retuning replaced
-    (``RETIRED_TUNING_CSV``) and its current tuning (a run in both, once), so the rates
-    it chose can be read across its two tuning schedules."""
+    """Every tuning run of the committed grid: 600 steps of one seed (``RETIRED_TUNING_CSV``)
+    and 1,000 steps of three, which its rates come from (a run in both, once), so its
+    choices can be read across the two tuning schedules."""
     runs = [*load_earlier(RETIRED_TUNING_CSV), *load_committed_histories("committed")]
     return list({r.key: r for r in runs if not r.config["read_test"]}.values())
 

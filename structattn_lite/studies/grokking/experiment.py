@@ -58,9 +58,8 @@ def grid(name: str) -> list[CSPRun]:
 
 grid_runs = grid  # for export, whose parameter ``grid`` (a name) shadows the function
 
-# Grids whose committed file is kept across sessions: an export replaces the runs it
-# holds and keeps the others (gap_seeds' parity seeds came a session after its mod-3 ones;
-# gap's seeds 5-9 came after its first five; fresh_gap trains five seeds a task at a time:
+# Grids whose committed file grows as runs are exported: an export replaces the runs it
+# holds and keeps the others (a grid's stacks may train apart, e.g. one of fresh_gap's:
 # `structattn run grokking --grid fresh_gap --task parity --seed 15 16 17 18 19 --seed-batching`).
 GROWN_ACROSS_SESSIONS = ("gap", "gap_seeds", "fresh_gap", "fresh_authors")
 

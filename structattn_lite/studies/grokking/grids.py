@@ -58,13 +58,12 @@ GRIDS: dict[str, dict[str, Any]] = {
         "tasks": PAPER_TASKS,
         "seeds": tuple(range(10)),
         "presets": ("paper", "authors_3bb9f71"),
-        # seeds 0-4, then 5-9: each session trained five. The authors' mod-3 seeds 5-9
-        # trained beside 10 seeds instead, outside this protocol: a run of the grid
-        # retrains them in their stack.
+        # stacks of five: seeds 0-4 and 5-9. The committed authors' mod-3 seeds 5-9 trained
+        # beside 10 seeds, outside this protocol: a run of the grid retrains them in 5-9.
         "stack": 5,
     },
     # gap_seeds: 15 more seeds of the authors' model on mod-3 and on parity, in the gap
-    # grid's setting, where 5 seeds left the gap's interval far wider than the paper's sd;
+    # grid's setting (5 seeds leave the gap's interval far wider than the paper's sd);
     # the ledger reads both grids' runs together (25 seeds). gap's mod-3 runs of seeds 5-9
     # were trained in a 10-seed stack (their records' seed_batched is 10): a 5-seed
     # stack rounds differently in float32, which CSP's chaotic training grows into other

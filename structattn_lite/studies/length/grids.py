@@ -82,7 +82,7 @@ GRIDS = {
     # authors: the authors' README table, their model (the revision behind each row) and
     # their protocol: 10,000 i.i.d. strings split 80/20 at random, cross-entropy averaged
     # over every position, Adam 1e-4 with weight decay 1e-7, cosine to 1e-6 over 300
-    # epochs, clipping at 1.0, batch 64, seeds 0-9 (their 5, then 5 more);
+    # epochs, clipping at 1.0, batch 64, seeds 0-9 (their 5 and 5 more);
     # scored on 4,000 fresh strings per length up to 64 (30 runs of 37,500 steps).
     "authors": {
         "tasks": ("parity", "mod3_authors", "dyck1_authors"),
@@ -135,7 +135,7 @@ GRIDS["authors_short"] = {
 
 # authors_fresh: fresh seeds for the rows of the authors' table that seeds decide (the rules
 # in claims/rules.csv were committed before these runs): mod-3 seeds 10-19 and parity seeds
-# 10-21 in the authors grid's setting, never trained before for those rows. Each task's
+# 10-21 in the authors grid's setting, which no other run of those rows uses. Each task's
 # seeds train as one stack, which is part of their protocol (``stack``: its committed
 # records trained beside 10 and 12 seeds).
 GRIDS["authors_fresh"] = {

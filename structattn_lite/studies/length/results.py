@@ -110,16 +110,16 @@ def at_chosen_rates(curves: pd.DataFrame) -> pd.DataFrame:
     return curves.merge(rates.loc[rates["chosen"], ["task", "model", "lr"]])
 
 
-# Grids whose committed file is kept across sessions: an export replaces the rows of the
-# runs it holds and keeps the others (the authors' mod-3 runs were retrained alone when
-# their vocabulary became the authors' 3).
+# Grids whose committed file grows as runs are exported: an export replaces the rows of the
+# runs it holds and keeps the others (the authors grid's mod-3 runs, at the authors'
+# vocabulary of 3, trained apart from its other tasks).
 GROWN_ACROSS_SESSIONS = ("authors", "authors_fresh")
 RUN_ID = ["task", "model", "protocol", "seed"]
 
 
 def export(records: list[RunRecord], grid: str = "committed", order=None) -> list[Path]:
     """Write the runs' curves at the kept lengths to data/results (one row per run and
-    length); ``order`` (the grid's configs) keeps, for a grid grown across sessions, the
+    length); ``order`` (the grid's configs) keeps, for a grid exported in parts, the
     committed runs that ``records`` do not hold."""
     curves = curves_frame(last_pass(records)).assign(grid=grid)
     if grid == "grazzi":
