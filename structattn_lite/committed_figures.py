@@ -175,6 +175,9 @@ def _write(name: str, out: Path | None) -> tuple[Figure | Table, list[Path]]:
             paths = save_table(drawn.frame, notebook, rest, drawn.caption, COMMITTED, out=out)
         else:
             paths = save_figure(drawn, notebook, rest, profile=COMMITTED, out=out)
+            # closed for pyplot, which would keep it open and show it a second time at the
+            # end of a notebook's cell; ``display`` still draws a closed figure
+            plt.close(drawn)
     return drawn, paths
 
 
@@ -197,10 +200,7 @@ def write_all(out: Path | None = None) -> list[Path]:
     paths written."""
     paths = []
     for name in FIGURES:
-        drawn, written = _write(name, out)
-        if isinstance(drawn, Figure):
-            plt.close(drawn)  # pyplot would keep every figure open
-        paths += written
+        paths += _write(name, out)[1]
     return paths
 
 

@@ -213,9 +213,12 @@ def ledger_rows() -> pd.DataFrame:
 
 
 def ledger_interval(row: pd.Series) -> str:
-    """A ledger row's number as its tables print it: "0.996 [0.993, 0.998] (10 seeds)"."""
+    """A ledger row's number as its tables print it: "0.996 [0.993, 0.998] (10 seeds)";
+    a row with no number says why, in the first clause of its reason ("no value: 5 of 5
+    seeds diverged (non-finite loss)")."""
     if pd.isna(row["ours"]):
-        return f"– ({row['seeds']} seeds)"
+        why = str(row.get("reason", "")).split(";")[0].strip()
+        return f"no value: {why}" if why else f"no value ({row['seeds']} seeds)"
     interval = "" if pd.isna(row["low"]) else f" [{row['low']:.3f}, {row['high']:.3f}]"
     return f"{row['ours']:.3f}{interval} ({row['seeds']} seeds)"
 
@@ -249,12 +252,15 @@ def plot_ours(ax, at: float, row, *, vertical: bool = False, hollow: bool = Fals
 
 
 def _verdict_color(value) -> str:
+    """A table cell's tint: its verdict's ``VERDICT_COLOR``, a fifth of the way from white
+    (a cell whose words do not start with a verdict is left plain)."""
     text = str(value)
-    if text.startswith("reproduced"):
-        return "background-color: #d9f2d9"
-    if text.startswith("not reproduced"):
-        return "background-color: #f8d7da"
-    return ""
+    verdict = next((v for v in sorted(VERDICT_COLOR, key=len, reverse=True)
+                    if text.startswith(v)), None)  # fmt: skip
+    if verdict is None:
+        return ""
+    tint = [1 - 0.2 * (1 - c) for c in matplotlib.colors.to_rgb(VERDICT_COLOR[verdict])]
+    return f"background-color: {matplotlib.colors.to_hex(tint)}"
 
 
 def style(display: pd.DataFrame, caption: str = ""):

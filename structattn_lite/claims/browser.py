@@ -102,11 +102,11 @@ def claim_figure(row: pd.Series):
         k, n = diverged
         ax.text(0.5, 0.5, f"{k} of {n} seeds diverged (non-finite loss): no trained model to "
                 "plot", ha="center", va="center", fontsize=9,
-                color=VERDICT_COLOR.get(row["verdict"], "#555555"))  # fmt: skip
+                color=VERDICT_COLOR.get(row["verdict"], VERDICT_COLOR["undecided"]))  # fmt: skip
         return fig
     fig, axes = plt.subplots(1, 2, figsize=figure_size(2, height=2.4))
     ax = axes[0]
-    color = VERDICT_COLOR.get(row["verdict"], "#878787")
+    color = VERDICT_COLOR.get(row["verdict"], VERDICT_COLOR["undecided"])
     for i, values in enumerate(row["values"].values()):
         y = np.asarray([v for v in values if v is not None], dtype=float)
         ax.scatter(np.full(len(y), i) + np.linspace(-0.12, 0.12, len(y)), y, s=14,
