@@ -6,6 +6,7 @@ where the ledger says 'not reproduced' from 25.)"""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pandas as pd
@@ -116,12 +117,16 @@ def test_a_source_the_dashboard_does_not_know_is_shown():
 
 def test_every_printed_command_is_complete_and_runs_as_printed():
     from structattn_lite.claims import browser
+    from structattn_lite.studies.grokking.grids import GRIDS
 
     rows = browser.rows().set_index("id")
     for ident in ("gap/authors_3bb9f71/parity", "spike/authors_3bb9f71/mod3"):
-        assert rows.at[ident, "seeds"] > 10  # more seeds than the gap grid holds
-        command = browser.runnable(rows.at[ident, "command"])
-        assert "--grid gap " in command and "--grid gap_seeds " in command, ident
+        assert rows.at[ident, "seeds"] > 10  # more seeds than the gap grid holds...
+        command = browser.runnable(rows.at[ident, "command"]) + " "
+        grids = re.findall(r"--grid (\S+) ", command)  # ...so its command names the grids
+        assert grids and f"--grid {rows.at[ident, 'grid']} " in command, ident
+        held = sum(len(GRIDS[g]["seeds"]) for g in grids)  # that hold them all
+        assert held >= rows.at[ident, "seeds"], (ident, grids)
     for task in ("parity", "mod3", "dyck1"):  # the full rotated model is paper_text's runs
         assert "--grid paper_text " in rows.at[f"table4/with/+norm/{task}", "command"]
     from structattn_lite.claims.rules import rule
