@@ -1,4 +1,4 @@
-"""Figures and the run browser for the attention notebook (02_attention_variants).
+"""Figures for the attention notebook (02_attention_variants).
 
 Every plot builds a ``matplotlib.figure.Figure`` directly (no pyplot state), so a cell
 can end with ``fig`` and ``structattn_lite.plots.save_figure`` writes it.
@@ -275,35 +275,3 @@ def plot_pruning(records: list[RunRecord]) -> Figure:
            title="pruning columns with $\\ell_e < \\delta$,\nthen a short fine-tune")  # fmt: skip
     fig.legend(loc="outside lower center", ncols=2, fontsize=6)  # below, not over the curves
     return fig
-
-
-def run_browser(records: list[RunRecord]):
-    """Widget: pick a run, a layer and a head; see its curve, attention map and weights."""
-    import ipywidgets as w
-    from IPython.display import display
-
-    ok = [r for r in records if r.status == "ok" and r.extra.get("maps")]
-    names = [f"{r.extra['variant']} | {r.config['dataset']} | f={r.config['data_fraction']:g} | "
-             f"{r.config['recipe']['precision']} | seed {r.seed}" for r in ok]  # fmt: skip
-    run = w.Dropdown(options=list(zip(names, range(len(ok)), strict=True)), description="run")
-    maps = ok[0].extra["maps"] if ok else [[]]  # [layer][head][N][N]
-    layer = w.IntSlider(0, 0, max(len(maps) - 1, 0), description="layer")
-    head = w.IntSlider(0, 0, max(len(maps[0]) - 1, 0), description="head")
-    out = w.Output()
-
-    def show(*_):
-        out.clear_output(wait=True)
-        if not ok:
-            return
-        r = ok[run.value]
-        with out:
-            display(plot_attention_map(r, layer.value, head.value))
-            display(plot_learned_weights(r))
-            cols = [c for c in ("step", "lr", "train_bpc", "val_bpc", "val_acc", "cpu_seconds")
-                    if c in r.history]  # fmt: skip
-            display(r.history[cols].round(4))
-
-    for control in (run, layer, head):
-        control.observe(show, names="value")
-    show()
-    return w.VBox([w.HBox([run, layer, head]), out])

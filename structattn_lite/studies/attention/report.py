@@ -23,18 +23,6 @@ import numpy as np
 import pandas as pd
 
 from structattn_lite import stats
-from structattn_lite.data import FALLBACK_LABEL, load_corpus
-from structattn_lite.data.text import resolve_dataset
-from structattn_lite.models.attention_checks import gradient_agreement
-from structattn_lite.report import save_figure
-from structattn_lite.studies.attention.figures import (
-    plot_fraction_sweep,
-    plot_grad_norms,
-    plot_learning_curves,
-    plot_pruning,
-    plot_weight_histograms,
-    run_browser,
-)
 from structattn_lite.studies.attention.grids import (
     FIRST_SWEEP_CSV,
     GRIDS,
@@ -55,13 +43,11 @@ from structattn_lite.studies.attention.tables import (
     pruning_table,
     summarize,
 )
-from structattn_lite.studies.attention.tasks import floor_table
 
-__all__ = [  # what the notebook calls, defined here or in tables and figures
-    "GRIDS", "budget_table", "caption", "contrast_table", "corpus_floors", "corpus_note",
-    "floors_for", "fraction_table", "gradient_table", "ledger_rows", "load_committed_histories",
-    "load_summary", "low_data_table", "measurement_table", "precision_table", "profile_figures",
-    "pruning_table", "rate_drift", "run_browser", "summarize",
+__all__ = [  # what the notebook calls, defined here or in tables
+    "GRIDS", "budget_table", "caption", "contrast_table", "floors_for", "fraction_table",
+    "ledger_rows", "load_committed_histories", "load_summary", "low_data_table",
+    "measurement_table", "precision_table", "pruning_table", "rate_drift", "summarize",
     "rate_history", "tuning_table",
 ]  # fmt: skip
 DIFFERENCE = ["difference", "low", "high", "seeds"]  # a mean and its 95% interval
@@ -237,22 +223,6 @@ def rate_history() -> pd.DataFrame:
 # --- the notebook's steps --------------------------------------------------------------
 
 
-def corpus_floors() -> tuple[str, dict[str, dict[str, float]]]:
-    """The text the language-model runs read ("ptb" when STRUCTATTN_DATA holds it, else
-    the fallback, with a warning) and its n-gram floors (add-0.1 models of the same text)."""
-    dataset = resolve_dataset()
-    return dataset, floor_table(load_corpus(dataset))
-
-
-def corpus_note(dataset: str) -> str:
-    """A loud Markdown banner when the text is not Penn Treebank (empty when it is)."""
-    if dataset == "ptb":
-        return ""
-    return (f"<div style='border:3px solid #c00;padding:8px'><b>{FALLBACK_LABEL}.</b> Penn "
-            "Treebank was not found: the language-model numbers below are on the fallback "
-            "corpus and not comparable to PTB.</div>")  # fmt: skip
-
-
 def ledger_rows(ledger: pd.DataFrame, *names: str) -> pd.DataFrame:
     """The card's rows of the claims ledger (``claims.ledger()``, which sits above the
     studies) whose id continues with one of ``names`` (``attention/<name>``): the verdicts
@@ -273,40 +243,3 @@ def caption(summary: pd.DataFrame, grid: str) -> str:
     chose among, in Markdown."""
     spec = GRIDS[grid]  # without edge_lrs every rate tried (widened ones too) is in the choice
     return f"*Grid:* {grid_caption(summary, spec['lrs'] if spec.get('edge_lrs') else None)}."
-
-
-def gradient_table() -> pd.DataFrame:
-    """The fast path's float32 gradients against a float64 reference, per metric kind,
-    shared or separate projections, input scale and tau (the large logits)."""
-    cases = [("matroidal", {"m": 32}), ("dense", {}), ("matroidal", {"m": 32, "shared_qk": False}),
-             ("dense", {"shared_qk": False})]  # fmt: skip
-    rows = []
-    for kind, opts in cases:
-        label = kind + ("" if opts.get("shared_qk", True) else " (sep q/k)")
-        for scale, tau in [(1, 4.0), (1, 0.05), (30, 0.05)]:
-            rows.append({"kind": label, "input scale": scale, "tau": tau,
-                         **gradient_agreement(kind, opts, scale, tau)})  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def profile_figures(records: list, profile: str, dataset: str, floors: dict) -> dict:
-    """The figures of a profile's own runs, each saved under reports/<profile>/: learning
-    curves of the full-text float32 finals (with the bigram and trigram floors) and of
-    the digits, their gradient norms, and, where those runs exist, the low-data sweep, the
-    learned matroidal weights and pruning."""
-    final = [r for r in records if r.config["read_test"] and r.config["data_fraction"] == 1.0
-             and r.config["dataset"] == dataset and r.config["recipe"]["precision"] == "float32"]  # fmt: skip
-    digits = [r for r in records if r.config["dataset"] == "digits" and r.config["read_test"]]
-    mat = [r for r in final if r.config["kind"] == "matroidal" and r.status == "ok"]
-    summary = summarize(records)
-    valid = {k: v for k, v in floors["valid"].items() if k != "unigram"}
-    figures = {"learning_curves": plot_learning_curves(final, floors=valid),
-               "digits_learning_curves": plot_learning_curves(digits, metric="val_loss"),
-               "grad_norms": plot_grad_norms(final, group="total")}  # fmt: skip
-    if (summary["part"] == "low data").any():
-        figures["fraction_sweep"] = plot_fraction_sweep(summary)
-    if mat:
-        figures |= {"learned_weights": plot_weight_histograms(mat), "pruning": plot_pruning(mat)}
-    for name, fig in figures.items():
-        save_figure(fig, "02_attention", name, profile=profile, corpus=dataset)
-    return figures
