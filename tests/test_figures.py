@@ -91,16 +91,6 @@ def _tables():
     }
 
 
-def _phase_model():
-    """An untrained one-block CSP: the phase picture's labels and layout need no training."""
-    import torch
-
-    from structattn_lite.models import build_model
-
-    torch.manual_seed(0)
-    return build_model("csp", preset="code_switches", d_model=4, n_layers=1).eval()
-
-
 def _cases():
     from structattn_lite.studies.attention import figures as af
     from structattn_lite.studies.grokking import report as gr
@@ -116,7 +106,6 @@ def _cases():
     }
     cases |= {
         "length.grazzi_figure": lambda: lt.grazzi_figure(lt.load_curves("grazzi")),
-        "grokking.phase_figure": lambda: gr.phase_figure(_phase_model(), [1, 0, 1, 1, 0, 1]),
     }
     cases |= {
         f"report.table_figure[{name}]": lambda name=name: report.table_figure(

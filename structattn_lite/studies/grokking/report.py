@@ -6,7 +6,6 @@ import math
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from IPython.display import display
 from matplotlib.lines import Line2D
@@ -265,92 +264,3 @@ def grokking_table(records: list[RunRecord]) -> pd.DataFrame:
             row[column] = ledger.at[ident, column] if found else NO_ROW
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-# The authors' paper-era parity log (befce39): at chance to epoch 120, then a jump between
-# epochs 130 and 190, ending at 0.9995.
-AUTHORS_PAPER_ERA_JUMP = (130, 190)
-
-
-def jump_table(records: list[RunRecord], level: float = 0.9) -> pd.DataFrame:
-    """Per seed: the first epoch test accuracy reached ``level`` (empty: never), whether
-    that epoch falls inside the authors' paper-era window, the epochs run, the final
-    accuracy and the run's status."""
-    lo, hi = AUTHORS_PAPER_ERA_JUMP
-    rows = []
-    for r in sorted(records, key=lambda r: r.seed):
-        jump = jump_epoch(r.history, level)
-        rows.append({"seed": r.seed, f"first epoch >= {level:.0%}": jump,
-                     f"inside {lo}-{hi}": jump is not None and lo <= jump <= hi,
-                     "epochs": len(r.history), "final": r.history[GAP_METRIC].iloc[-1]
-                     if len(r.history) else float("nan"), "status": r.status})  # fmt: skip
-    table = pd.DataFrame(rows)
-    return table.astype({f"first epoch >= {level:.0%}": "Int64"}) if rows else table
-
-
-# --- the parity intuition: a state a 1 turns by about pi and a 0 leaves alone -----------
-
-
-def state_phases(model, tokens, layer: int = 0):
-    """The angle arg h_t (radians, in (-pi, pi]) of every component of block ``layer``'s
-    recurrent state h_t (before the SiLU, skip and norm), for one string: a [T, d] array.
-
-    ``model`` is a :class:`~structattn_lite.models.csp.CSP` (presets "paper" and
-    "code_switches"); ``tokens`` one string, a sequence of token ids."""
-    import torch
-
-    from structattn_lite.models.csp import CSP
-
-    if not isinstance(model, CSP):
-        raise ValueError(
-            f"model must be a CSP (preset 'paper' or 'code_switches'), got {type(model).__name__}"
-        )
-    if not 0 <= layer < len(model.blocks):
-        raise ValueError(f"layer must be in 0..{len(model.blocks) - 1}, got {layer!r}")
-    x = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1)
-    with torch.no_grad():
-        u = model.embed_complex(x)
-        for block in model.blocks[:layer]:
-            u = block(u)
-        _, h = model.blocks[layer].recur(u)
-    return torch.angle(h[0]).double().numpy()
-
-
-def phase_figure(model, tokens, layer: int = 0, title: str | None = None):
-    """The phase of each component of a CSP block's state, step by step, for one string.
-
-    Top: arg h_t / pi of each component (one colour each) at every step, on the circle's
-    range (-1, 1]. Bottom: how far each step turned each component,
-    |arg h_t - arg h_(t-1)| / pi taken round the circle, at steps reading a 1 (filled) and a
-    0 (hollow). A model that tracks parity on the circle turns its state by about pi at
-    every 1 and leaves it alone at a 0."""
-    phases = state_phases(model, tokens, layer)
-    tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
-    steps = np.arange(1, len(tokens) + 1)
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=figure_size(1, height=3.6), sharex=True, layout="constrained",
-        gridspec_kw={"height_ratios": [3, 2]},
-    )  # fmt: skip
-    for t, token in zip(steps, tokens, strict=True):
-        if token == 1:
-            for ax in (top, bottom):
-                ax.axvspan(t - 0.5, t + 0.5, color="#fde0c5", lw=0)
-    for k in range(phases.shape[1]):
-        top.plot(steps, phases[:, k] / np.pi, color=f"C{k % 10}", lw=0.4, alpha=0.5,
-                 marker="o", ms=2.5)  # fmt: skip
-    top.set(
-        ylabel="phase of $h_t$ / $\\pi$\n(one colour per component)",
-        ylim=(-1.1, 1.1),
-        yticks=(-1, -0.5, 0, 0.5, 1),
-    )
-    step = np.abs(np.angle(np.exp(1j * np.diff(phases, axis=0)))) / np.pi  # [T - 1, d]
-    for t, token, row in zip(steps[1:], tokens[1:], step, strict=True):
-        bottom.plot(np.full(len(row), t), row, ls="none", marker="o", ms=3, color="#2166ac",
-                    mfc="#2166ac" if token else "white")  # fmt: skip
-    for level in (0, 1):
-        bottom.axhline(level, color="#555555", lw=0.6, ls=":")
-    bottom.set(ylabel="turn this step / $\\pi$", ylim=(-0.1, 1.15), xlabel="step (token read)")
-    bottom.set_xticks(steps, [f"{t}\n{token}" for t, token in zip(steps, tokens, strict=True)],
-                      fontsize=6)  # fmt: skip
-    fig.suptitle(title or f"block {layer + 1}'s state, one string (shaded: a 1)", fontsize=9)
-    return fig
