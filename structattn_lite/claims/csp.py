@@ -236,6 +236,21 @@ def gap_verdict(seeds: pd.DataFrame, paper: tuple[float, float], column: str):
     return stats.gap(times, reached, int(seeds["plateau"].sum()), paper, level)
 
 
+def _gap_cost(seeds: pd.DataFrame, paper, numbers, verdict: str, grid: str, **cell) -> str:
+    """What the seeds that would decide an undecided gap row (``stats.gap``'s count of seeds
+    reaching 100%) come to in all, at the share that reach it now, and their cost."""
+    reached, n = int(seeds["gap_100"].notna().sum()), len(seeds)
+    if (verdict != stats.UNDECIDED or seeds["plateau"].sum() < stats.MIN_SEEDS
+            or reached < stats.MIN_SEEDS or 2 * reached < n):  # fmt: skip
+        return ""  # decided, or undecided for a reason no seed count changes (stats.gap)
+    edges = (paper[0] - paper[1], paper[0] + paper[1])
+    need = stats.seeds_to_decide(*numbers, reached, edges)
+    if not math.isfinite(need) or need > 1000:
+        return ""  # its reason says no seed count would decide it
+    in_all = math.ceil(need * n / reached)
+    return f"; that is about {in_all} seeds in all" + priced(in_all - n, grid, **cell)
+
+
 def _complete(grid: str, seeds) -> list | None:
     """A fresh grokking grid's committed records of ``seeds``, once every task and preset
     of the grid has them all; else None."""
@@ -292,6 +307,8 @@ def grokking() -> list[dict]:
             jumped = seeds[seeds["jump"].notna()]
             verdicts = {level: gap_verdict(seeds, paper, f"gap_{level}") for level in ("100", "99")}
             ours, low, high, verdict, reason = verdicts["100"]
+            reason += _gap_cost(seeds, paper, (ours, low, high), verdict, where["grid"],
+                                task=task, preset=preset)  # fmt: skip
             rows.append(row(
                 {"gap to 100%": seeds["gap_100"].tolist(), "gap to 99%": seeds["gap_99"].tolist()},
                 test="gap", id=f"gap/{preset}/{task}", study="CSP",
