@@ -80,13 +80,16 @@ IN_SHORT = [
       "ablation/step_silu_in_full/dyck1"]),
     ("CSP, the paper's tables",
      "Section 2.3's claim that rotating each complex dimension on its own beats RoPE-style "
-     "pairwise rotation does not hold on parentheses, on runs trained after its rule: both "
-     "forms solve it (element-wise minus pairwise: "
-     "{ablation/rotation_elementwise/dyck1|ours:+.3f}).",
-     ["ablation/rotation_elementwise/dyck1"]),
+     "pairwise rotation does not hold on mod-3 and parentheses, on runs trained after its "
+     "rule: both forms solve them (element-wise minus pairwise: "
+     "{ablation/rotation_elementwise/mod3|ours:+.3f} "
+     "[{ablation/rotation_elementwise/mod3|low:+.3f}, "
+     "{ablation/rotation_elementwise/mod3|high:+.3f}] on mod-3, "
+     "{ablation/rotation_elementwise/dyck1|ours:+.3f} on parentheses).",
+     ["ablation/rotation_elementwise/mod3", "ablation/rotation_elementwise/dyck1"]),
     ("CSP, the paper's tables",
-     "On parity and mod-3 the same claim waits for the pairwise runs (grid `paper_rope`).",
-     ["ablation/rotation_elementwise/parity", "ablation/rotation_elementwise/mod3"]),
+     "On parity the same claim waits for the pairwise runs (grid `paper_rope`).",
+     ["ablation/rotation_elementwise/parity"]),
     ("CSP, the paper's tables",
      "On parity the per-step SiLU's loss ({ablation/step_silu_in_full/parity|ours:+.3f}, "
      "interval up to {ablation/step_silu_in_full/parity|high:+.3f}) is too uncertain to say "
