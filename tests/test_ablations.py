@@ -1,6 +1,7 @@
 """Ablation grids, verdict logic, tables, and seed-batched training equal to per-seed runs."""
 
 import dataclasses
+import math
 
 import pandas as pd
 import pytest
@@ -255,3 +256,9 @@ def test_section_2_3s_pairwise_rotation_is_its_own_grid_and_claim(monkeypatch):
     assert parity["values"]["B"] == b and parity["verdict"] == "reproduced"
     assert parity["source"] == "CSP paper, section 2.3" and "--grid paper_rope" in parity["command"]
     assert "B's runs are not trained yet" in rows["ablation/rotation_elementwise/mod3"]["reason"]
+    # a part of the grid's seeds is not read: the row waits for all five its rule names
+    part = committed.head(3)
+    monkeypatch.setattr(csp, "read", lambda name: part if "paper_rope" in name else real_read(name))
+    parity = {r["id"]: r for r in csp.ablation_claims()}["ablation/rotation_elementwise/parity"]
+    assert parity["verdict"] == "undecided" and math.isnan(parity["ours"])
+    assert "3 of B's seeds are in; its fresh grid trains 5" in parity["reason"]

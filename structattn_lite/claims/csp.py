@@ -20,7 +20,12 @@ from structattn_lite.claims.rows import (
 )
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import PAPER_TASKS, display_name
-from structattn_lite.studies.ablations.grids import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
+from structattn_lite.studies.ablations.grids import (
+    COMMITTED_CSV,
+    PAPER_TABLE3,
+    PAPER_TABLE4,
+)
+from structattn_lite.studies.ablations.grids import GRIDS as ABLATION_GRIDS
 from structattn_lite.studies.ablations.report import load_results
 from structattn_lite.studies.grokking.grids import PAPER_GROKKING_GAP
 from structattn_lite.studies.grokking.report import (
@@ -185,8 +190,13 @@ def ablation_claims() -> list[dict]:
             grid = next((g for g in OWN_GRID_CELLS if b.startswith(f"{g}/")), "paper_table4")
             (diff, low, high), verdict, reason = stats.difference(
                 va, vb, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
+            planned = len(ABLATION_GRIDS[grid]["seeds"]) if grid in OWN_GRID_CELLS else 0
             if not vb and not db:
                 reason = "B's runs are not trained yet"
+            elif len(vb) + db < planned:  # read once all its seeds are in, not on a part
+                (diff, low, high), verdict = (math.nan,) * 3, stats.UNDECIDED
+                reason = (f"{len(vb) + db} of B's seeds are in; its fresh grid trains "
+                          f"{planned}, and the row is read once all are")  # fmt: skip
             elif verdict == stats.UNDECIDED and (da or db):
                 reason = (f"fewer than {stats.MIN_SEEDS} trained seeds on a side: the rest "
                           "diverged, so no accuracy to compare")  # fmt: skip
