@@ -262,3 +262,5 @@ def test_section_2_3s_pairwise_rotation_is_its_own_grid_and_claim(monkeypatch):
     parity = {r["id"]: r for r in csp.ablation_claims()}["ablation/rotation_elementwise/parity"]
     assert parity["verdict"] == "undecided" and math.isnan(parity["ours"])
     assert "3 of B's seeds are in; its fresh grid trains 5" in parity["reason"]
+    assert ", B not read yet;" in parity["reason"] and "over 3" not in parity["reason"]
+    assert parity["values"]["B"] == []  # nor shown seed by seed

@@ -191,10 +191,12 @@ def ablation_claims() -> list[dict]:
             (diff, low, high), verdict, reason = stats.difference(
                 va, vb, delta=rule_of(ident).delta, claim="greater")  # fmt: skip
             planned = len(ABLATION_GRIDS[grid]["seeds"]) if grid in OWN_GRID_CELLS else 0
+            sides, shown = f"A {_side(va, da)}, B {_side(vb, db)}", vb
             if not vb and not db:
                 reason = "B's runs are not trained yet"
             elif len(vb) + db < planned:  # read once all its seeds are in, not on a part
                 (diff, low, high), verdict = (math.nan,) * 3, stats.UNDECIDED
+                sides, shown = f"A {_side(va, da)}, B not read yet", []  # not even its mean
                 reason = (f"{len(vb) + db} of B's seeds are in; its fresh grid trains "
                           f"{planned}, and the row is read once all are")  # fmt: skip
             elif verdict == stats.UNDECIDED and (da or db):
@@ -204,13 +206,13 @@ def ablation_claims() -> list[dict]:
                     reason += (f"; row `ablation/{ON_THE_FULL_MODEL[key]}/{task}` asks it of "
                                "the full model, which trains")  # fmt: skip
             rows.append(row(
-                {"A": va, "B": vb}, test="superiority", id=ident, study="CSP",
+                {"A": va, "B": shown}, test="superiority", id=ident, study="CSP",
                 claim=f"{words}: {display_name(task)} {names.metric_name(task)}, "
                       f"A `{a}` against B `{b}`",
                 source=f"CSP paper, section {'2.3' if grid == 'paper_rope' else '3.3'}",
                 published=math.nan, ours=diff, low=low,
                 high=high, seeds=len(va) + da + len(vb) + db, verdict=verdict,
-                reason=f"A {_side(va, da)}, B {_side(vb, db)}; {reason}", protocol=PAPER_TEXT,
+                reason=f"{sides}; {reason}", protocol=PAPER_TEXT,
                 grid=f"{grid} (+ paper_text)", notebook="04, the paper's claims",
                 command=ABLATIONS_COMMAND.format(grid=grid), cell={"task": task},
             ))  # fmt: skip
