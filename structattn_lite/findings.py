@@ -88,7 +88,10 @@ IN_SHORT = [
      "{ablation/rotation_elementwise/dyck1|ours:+.3f} on parentheses).",
      ["ablation/rotation_elementwise/mod3", "ablation/rotation_elementwise/dyck1"]),
     ("CSP, the paper's tables",
-     "On parity the same claim waits for the pairwise runs (grid `paper_rope`).",
+     "On parity it stays undecided: element-wise minus pairwise is "
+     "{ablation/rotation_elementwise/parity|ours:+.3f} "
+     "[{ablation/rotation_elementwise/parity|low:+.3f}, "
+     "{ablation/rotation_elementwise/parity|high:+.3f}], the pairwise seeds too spread to say.",
      ["ablation/rotation_elementwise/parity"]),
     ("CSP, the paper's tables",
      "On parity the per-step SiLU's loss ({ablation/step_silu_in_full/parity|ours:+.3f}, "
