@@ -255,8 +255,7 @@ def _verdict_color(value) -> str:
     """A table cell's tint: its verdict's ``VERDICT_COLOR``, a fifth of the way from white
     (a cell whose words do not start with a verdict is left plain)."""
     text = str(value)
-    verdict = next((v for v in sorted(VERDICT_COLOR, key=len, reverse=True)
-                    if text.startswith(v)), None)  # fmt: skip
+    verdict = next((v for v in VERDICT_COLOR if text.startswith(v)), None)
     if verdict is None:
         return ""
     tint = [1 - 0.2 * (1 - c) for c in matplotlib.colors.to_rgb(VERDICT_COLOR[verdict])]

@@ -20,11 +20,7 @@ from structattn_lite.claims.rows import (
 )
 from structattn_lite.claims.rules import rule as rule_of
 from structattn_lite.names import PAPER_TASKS, display_name
-from structattn_lite.studies.ablations.grids import (
-    COMMITTED_CSV,
-    PAPER_TABLE3,
-    PAPER_TABLE4,
-)
+from structattn_lite.studies.ablations.grids import COMMITTED_CSV, PAPER_TABLE3, PAPER_TABLE4
 from structattn_lite.studies.ablations.grids import GRIDS as ABLATION_GRIDS
 from structattn_lite.studies.ablations.report import load_results
 from structattn_lite.studies.grokking.grids import PAPER_GROKKING_GAP
